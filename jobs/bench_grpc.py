@@ -62,7 +62,7 @@ def _fill(store: rmqlog.MessageStore, topic: str, n: int, body: bytes) -> None:
     """``n`` messages of ``body`` (tag ``bench``) into queue 0 of ``topic``, dispatched."""
     for start in range(0, n, 4096):
         k = min(4096, n - start)
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {"topic": [topic] * k, "queueId": [0] * k, "body": [body] * k, "properties": ["TAGS\x01bench\x02"] * k}
             ),

@@ -266,7 +266,7 @@ def undelivered(root: Path, conf: Path) -> int:
     with tc.open_store(root, conf, read_only=True, create=False) as store:
         if SCHEDULE not in store.topics():
             return 0
-        done = store.delay_offsets()
+        done = store.replica.delay_offsets()
         return sum(
             max(0, store.max_offset(SCHEDULE, level - 1) - done.get(level, 0))
             for level in range(1, len(DELAY_LEVELS.split()) + 1)

@@ -9,7 +9,7 @@ may import; docs/store-api.md): the names of :data:`__all__`, and the modules na
 """
 
 from .access.direct_append import PutRows
-from .access.window import parse_tag_filter
+from .access.window_request import parse_tag_filter
 from .allocator import pin_malloc_thresholds
 from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig

@@ -153,7 +153,7 @@ class CatalogCalls:
 
     if TYPE_CHECKING:
         parts: StoreParts
-        catalog: Catalog
+        _catalog: Catalog
 
         def _check_open(self, change: str | None = None) -> None: ...
 
@@ -168,7 +168,7 @@ class CatalogCalls:
         :class:`rmqlog.errors.InvalidGroupError` / :class:`rmqlog.errors.InvalidTopicError`.
         """
         self._check_open("commit_offset")
-        self.catalog.commit_offset(group, topic, queue_id, offset)
+        self._catalog.commit_offset(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """``group``'s committed offset on a queue, or -1 if it has none.
@@ -178,7 +178,7 @@ class CatalogCalls:
         :class:`rmqlog.errors.CorruptStoreError` naming it.
         """
         self._check_open()
-        return self.catalog.committed_offset(group, topic, queue_id)
+        return self._catalog.committed_offset(group, topic, queue_id)
 
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
         """Create or resize a topic in ``config/topics.json``.
@@ -188,7 +188,7 @@ class CatalogCalls:
         :class:`rmqlog.errors.InvalidArgumentError` naming the argument.
         """
         self._check_open("create_topic")
-        return self.catalog.create_topic(topic, queues, read_queues)
+        return self._catalog.create_topic(topic, queues, read_queues)
 
     def delete_topic(self, topic: str) -> tuple[bool, int]:
         """Delete ``topic``: its ``topics.json`` entry, every group's offsets of it and its
@@ -196,7 +196,7 @@ class CatalogCalls:
         (whether it had an entry, how many groups had offsets). A bad name raises
         :class:`rmqlog.errors.InvalidTopicError`."""
         self._check_open("delete_topic")
-        return self.catalog.delete_topic(topic)
+        return self._catalog.delete_topic(topic)
 
     def remove_topic_config(self, topic: str) -> bool:
         """Remove ``topic``'s ``topics.json`` entry only (written at once): its consume-queue
@@ -206,7 +206,7 @@ class CatalogCalls:
         touches no queue). Returns whether there was an entry. A bad name raises
         :class:`rmqlog.errors.InvalidTopicError`; read-only, :class:`rmqlog.errors.ReadOnlyStoreError`."""
         self._check_open("remove_topic_config")
-        return self.catalog.remove_topic_config(topic)
+        return self._catalog.remove_topic_config(topic)
 
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (read again if another process wrote it),
@@ -216,7 +216,7 @@ class CatalogCalls:
         of ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs
         from its key, is never listed (it is logged and kept in the file as it is)."""
         self._check_open()
-        return self.catalog.topics()
+        return self._catalog.topics()
 
     def put_topic(self, topic_config: TopicConfig, *, persist: bool = True) -> TopicConfig:
         """Create or replace a topic's whole config (queue counts, ``perm``, ``order``,

@@ -206,7 +206,7 @@ def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
 
 class StoreBusyError(StoreError):
     """An operation that needs the store to itself (``MessageStore.open(root, repair=True)``,
-    ``rmqlog recover --repair``, ``MessageStore.replica_truncate``) found it open in other
+    ``rmqlog recover --repair``, ``MessageStore.replica.replica_truncate``) found it open in other
     processes (or in another open store of this process): repairing or cutting files others are
     reading and appending to would pull them from under them. Nothing was changed; close the
     holders (or wait for them) and try again. ``holders``: the pids that have the store open,

@@ -5,16 +5,14 @@ open and calls the part that does the work.
 
 | work | where |
 |---|---|
-| put path | :mod:`rmqlog.access.appender` |
-| the wire's calls (puts as clients send them, arrivals, raw reads, queries by key) | :mod:`rmqlog.access.wire` |
-| reads, bounds, by offset/msgId | :mod:`rmqlog.access.reader` |
+| put path | :mod:`rmqlog.access.appender`, :mod:`rmqlog.access.streaming` |
+| reads: windows, bounds, by offset, msgId or key | :mod:`rmqlog.access.reader`, :mod:`rmqlog.access.window` |
 | topics, consumer offsets | :mod:`rmqlog.catalog` |
-| dispatch | :mod:`rmqlog.queue.dispatcher` |
-| opening, recovery | :mod:`rmqlog.recovery.opening`, :mod:`rmqlog.recovery.recovery` |
-| flush, checkpoint | :mod:`rmqlog.durability.flush` |
-| retention | :mod:`rmqlog.retention` |
-| verify | :mod:`rmqlog.recovery.verify` |
-| failover: truncation, replication checkpoint, delay offsets | :mod:`rmqlog.recovery.replication_calls` |
+| wiring, opening (recovery), closing | :mod:`rmqlog.recovery.assembly`, :mod:`rmqlog.recovery.opening` |
+| dispatch, flush | :mod:`rmqlog.queue.dispatcher`, :mod:`rmqlog.durability.flush` |
+| retention, verify | :mod:`rmqlog.retention`, :mod:`rmqlog.recovery.verify` |
+| ``store.wire``: the broker's calls | :mod:`rmqlog.access.wire` |
+| ``store.replica``: replication's calls | :mod:`rmqlog.recovery.replication_calls` |
 
 Concurrency: any number of processes may open the same root and call any method. Appends
 are serialized by ``append.lock`` and published atomically (``append.state``), dispatching
@@ -26,15 +24,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
 
-from .access.appender import Appender
-from .access.reader import QueueReader
-from .access.wire import WireAccess
+from .access.streaming import put_stream
+from .access.window_request import WindowRequest
 from .arguments import (
     bool_arg,
     callable_arg,
@@ -43,54 +39,35 @@ from .arguments import (
     queue_id_arg,
     text_arg,
 )
-from .catalog import Catalog, CatalogCalls
+from .catalog import CatalogCalls
 from .clock import Clock, clock_arg
 from .config import StoreConfig
-from .durability.flush import AsyncFlusher
-from .durability.lock_file import StoreLockFile
 from .errors import (
     InvalidArgumentError,
     StoreClosedError,
     out_of_files_typed,
 )
 from .filter.vectorized import Sql92Filter
-from .index.geometry import set_aside_geometry
-from .index.index_service import IndexConfig
-from .index.lookup import messages_by_key
 from .log.append_state import AppendState
 from .log.encode.single import single_message_table
-from .log.msgid import is_uniq_key
-from .log.properties import WAITING_TOPICS
 from .log.writer_marker import writer_marker, writer_problem
 from .parts import StoreParts
 from .paths import StorePaths, prepare_root, root_arg, validate_topic
 from .queue.consume_queue import ConsumeQueue
-from .read_only import open_read_only, refuse
-from .recovery.opening import (
-    Ownership,
-    open_as_owner,
-    set_aside_unreadable_config,
-    take_ownership,
-)
-from .recovery.recovery import RecoveryReport
-from .recovery.replication_calls import ReplicationCalls
+from .read_only import refuse
+from .recovery.assembly import assemble
 from .recovery.verify import VerifyReport, verify
-from .results import DiskLimits, GetMessageResult, PutMessageResult, PutMessageStatus
-from .retention import CleanReport, Retention
-from .schedule import install as install_schedule
-from .schedule.delay_offsets import set_aside_if_unreadable_offsets
-from .service import ServiceLoop
+from .results import DiskLimits, GetMessageResult, PutMessageResult, StoredRecords
+from .retention import CleanReport
 
 
 @out_of_files_typed  # (running out of descriptors anywhere in a call: a typed error naming the file)
-class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
+class MessageStore(CatalogCalls):
     """A RocketMQ-compatible message store rooted at a directory.
 
     Open with :meth:`open`; use as a context manager or call :meth:`close`. The calls a
-    broker on the wire needs (``put_wire``, ``on_arrival``, ``record_at``, the queries by key,
-    ``index_last_update``, ``earliest_store_time``, the replication stream's) are in
-    :class:`rmqlog.access.wire.WireAccess`; failover's (``replica_truncate``, the replication
-    checkpoint, the delay offsets) in :class:`rmqlog.recovery.replication_calls.ReplicationCalls`;
+    broker on the wire needs are ``store.wire`` (:class:`rmqlog.access.wire.WireCalls`),
+    replication's ``store.replica`` (:class:`rmqlog.recovery.replication_calls.ReplicaCalls`);
     topics, consumer offsets and subscription groups in :class:`rmqlog.catalog.CatalogCalls`.
     """
 
@@ -121,102 +98,16 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
             raise InvalidArgumentError("repair needs a normal open: a read-only open changes nothing")
         prepare_root(self.paths, create=create, read_only=read_only)  # (config/ is made once the store is owned)
         self._closed = False
-        self.parts = StoreParts(self.config, self.paths, read_only=read_only, clock=self.clock)
-        self._owner: StoreLockFile | None = None
-        owned: Ownership | None = None
-        try:
-            if not read_only:  # the first opener surveys the files before any is opened
-                owned = take_ownership(self.parts, repair=repair)
-            self._open(repair, owned)
-        except BaseException:
-            if owned is not None and self._owner is None:
-                owned.owner.abandon()
-            self.parts.close_files()
-            self.parts.release_locks()
-            raise
-
-    def _build(self, repair: bool, first: bool = False) -> list[Path]:
-        """Wire the parts and services; returns the config files set aside: those ``repair``
-        found unreadable and, for the ``first`` opener (alone with the store), an index
-        geometry that is unreadable or does not fit the index files (the index is derived:
-        rebuilt from the log, nothing is lost)."""
-        parts = self.parts
-        set_aside = (
-            set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir))
-            if repair
-            else []
-        )
-        if first and not repair and parts.config.message_index_enable:
-            with parts.config_lock.held():
-                moved = set_aside_geometry(
-                    parts.paths.config_dir,
-                    IndexConfig(
-                        parts.config.max_hash_slot_num, parts.config.max_index_num, parts.config.max_msgs_num_batch
-                    ),
-                )
-            set_aside += [moved] if moved else []
-        parts.wire(repair=repair, first=first)
+        self.parts = parts = StoreParts(self.config, self.paths, read_only=read_only, clock=self.clock)
+        self._assembly = built = assemble(parts, repair=repair, read_only=read_only, check_open=self._check_open)
         self.config = parts.config  # (the store's segment sizes: rmqlog.segment_sizes)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
-        self.topic_config, self.consumer_offsets, self.checkpoint_file = (
-            parts.topic_config,
-            parts.consumer_offsets,
-            parts.checkpoint_file,
-        )
-        #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
-        #: dispatcher and retention once started
-        self.services = ServiceLoop(clock=self.clock.monotonic)
-        self.appender = Appender(parts, self.services)
-        self.preparer = self.appender.preparer
-        self.reader = QueueReader(parts)
-        self.catalog = Catalog(parts)
-        self.retention = Retention(parts)
-        #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
-        self.scheduler = install_schedule(parts, self.appender, self.reader)
-        if parts.index_service is not None:
-            index = parts.index_service
-            # confirms a delay level's progress that only delayOffset.json records (see the scheduler)
-            self.scheduler.delivered_probe = lambda topic, key: (
-                messages_by_key(
-                    index,
-                    self.commitlog,
-                    self.published_tail(),
-                    topic,
-                    key,
-                    max_count=1,
-                    begin_ms=0,
-                    end_ms=None,
-                    check_crc=False,
-                    unique=True,
-                ).num_rows
-                > 0
-            )
-        return set_aside
-
-    def _open(self, repair: bool, owned: Ownership | None) -> None:
-        """Wire the store; then recover it as its owner (``owned``; ``None``: a read-only open)."""
-        parts = self.parts
-        self.recovery: RecoveryReport | None = None
-        self.flusher: AsyncFlusher | None = None
-        set_aside = self._build(repair, first=owned is not None and owned.first)
-        if owned is None:
-            open_read_only(parts)
-            return
-        self.recovery = open_as_owner(parts, owned, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
-        self._owner = owned.owner
-        if self.recovery is not None and (self.recovery.abnormal or repair) and self.scheduler.timer is not None:
-            # after a crash its files were not synced; a repair trusts no derived file: the next
-            # pass rebuilds the timer's index from the timer queue
-            self.scheduler.timer.wheel.invalidate()
-        if not self.appender.sync_flush:
-            self.flusher = AsyncFlusher(
-                self.flush_service,
-                interval_ms=self.config.flush_interval_commit_log,
-                least_pages=self.config.flush_commit_log_least_pages,
-                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
-                clock=self.clock.monotonic,
-            )
-            self.services.add(self.flusher)
+        self.topic_config, self.consumer_offsets = parts.topic_config, parts.consumer_offsets
+        self.services, self.appender, self.reader = built.services, built.appender, built.reader
+        self.preparer, self._catalog, self.retention = built.appender.preparer, built.catalog, built.retention
+        self.scheduler, self.recovery, self.flusher = built.scheduler, built.recovery, built.flusher
+        #: the broker's calls (:mod:`rmqlog.access.wire`) and replication's (:mod:`rmqlog.recovery.replication_calls`)
+        self.wire, self.replica = built.wire, built.replica
 
     @classmethod
     def open(
@@ -369,8 +260,9 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         buffer_bytes: int = 256 << 20,
     ) -> int:
         """:meth:`put_batches` holding at most ``buffer_bytes`` of encoded records, then writing as
-        they arrive (:meth:`rmqlog.access.appender.Appender.put_stream`); returns the rows appended."""
-        return self.appender.put_stream(
+        they arrive (:func:`rmqlog.access.streaming.put_stream`); returns the rows appended."""
+        return put_stream(
+            self.appender,
             self._tables_arg(tables, "put_stream"),
             writer_marker(writer, sequence),
             dispatch=bool_arg("dispatch", dispatch),
@@ -416,16 +308,7 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
             delay_level=delay_level,
             deliver_time_ms=deliver_time_ms,
         )
-        table, queue_ids = self.appender.put_table(row)
-        res = table.to_pylist()[0]
-        return PutMessageResult(
-            PutMessageStatus.PUT_OK,
-            res["commitLogOffset"],
-            res["queueOffset"],
-            res["msgId"],
-            res["storeTimestamp"],
-            int(queue_ids[0]),
-        )
+        return self.appender.put_row(row)
 
     def writer_sequence(self, writer: str) -> int | None:
         """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``.
@@ -465,8 +348,8 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
 
     def deliver_due(self, now_ms: int | None = None) -> int:
         """One scheduler pass as of ``now_ms`` (default: the store's clock; timed messages go
-        by the clock alone, up to its time less 1 ms): every delayed message due by then is appended to its real topic
-        and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
+        by the clock alone, up to its time less 1 ms): every delayed message due by then is
+        appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
         Returns how many were delivered. The background service (:meth:`start_services`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")
@@ -545,7 +428,7 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         way are skipped and named in ``removed``. Checked as :meth:`get_messages` says; a bad
         argument raises :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
         self._check_open()
-        return self.reader.read_window(
+        req = WindowRequest.of(
             topic,
             queue_id,
             offset,
@@ -557,8 +440,10 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
             raw=raw,
             disk=disk,
             sql92=sql92,
-            columns=columns,  # type: ignore[arg-type]
+            columns=columns,
+            crc=self.reader.check_crc,
         )
+        return self.reader.read_window(req)
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;
@@ -597,14 +482,7 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         commitlog offset, what a put returns) or a client msgId (the ``UNIQ_KEY`` property,
         found through the index files of every topic). Raises as :meth:`message_by_offset`."""
         self._check_open()
-        text_arg("msg_id", msg_id)
-        row = self.reader.message_by_offset_id(msg_id)
-        if row is None and self.parts.index_service is not None and is_uniq_key(msg_id):
-            for topic in self.catalog.topics():
-                table = self.query_by_unique_key(topic, msg_id)
-                if table.num_rows:
-                    return table.to_pylist()[-1]
-        return row
+        return self.reader.message_by_id(text_arg("msg_id", msg_id), self._catalog.topics)
 
     def query_by_time(
         self,
@@ -619,25 +497,83 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         binary search on store time, no index needed. Raises :class:`InvalidArgumentError` for a
         bad argument, :class:`rmqlog.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
-        # every topic but the one where delayed messages wait (they are not stored "yet")
-        if topics is not None and (isinstance(topics, str | bytes) or not isinstance(topics, Iterable)):
-            raise InvalidArgumentError(
-                f"topics must be an iterable of topic names or None, got {type(topics).__name__}"
-            )
-        names = (
-            [t for t in self.catalog.topics() if t not in WAITING_TOPICS]
-            if topics is None
-            else [validate_topic(t) for t in topics]
+        return self.reader.query_by_time(self._catalog.topics(), topics, begin_ms, end_ms, max_count)
+
+    @overload
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: Literal[False] = False,
+    ) -> pa.Table: ...
+    @overload
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: Literal[True],
+    ) -> StoredRecords: ...
+
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: bool = False,
+    ) -> pa.Table | StoredRecords:
+        """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
+        ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
+        ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
+        queryMsgByKey``) through the index files, hash collisions removed
+        (:mod:`rmqlog.index.lookup`). ``raw=True``: the records byte-exact
+        (:class:`StoredRecords`, ``QUERY_MESSAGE``'s body) instead of the message table.
+        Raises :class:`rmqlog.errors.IndexDisabledError` when ``message_index_enable`` is off,
+        :class:`InvalidArgumentError` for a bad argument."""
+        self._check_open()
+        return self.reader.by_key(
+            topic, text_arg("key", key), max_count, begin_ms, end_ms, check_crc, raw, unique=False
         )
-        configured = self.catalog.topics()
-        queues = [
-            (t, q)
-            for t in names
-            if t in configured
-            for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))
-        ]
-        end = (1 << 63) - 1 if end_ms is None else end_ms
-        return self.reader.messages_between(queues, begin_ms, end, max_count)
+
+    @overload
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[False] = False
+    ) -> pa.Table: ...
+    @overload
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[True]
+    ) -> StoredRecords: ...
+
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: bool = False
+    ) -> pa.Table | StoredRecords:
+        """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
+        ``queryMsgByUniqueKey``): a table of one row, or none (``raw=True``: its record
+        byte-exact, as :meth:`query_by_key`); errors as :meth:`query_by_key`."""
+        self._check_open()
+        return self.reader.by_key(
+            topic,
+            text_arg("msg_id", msg_id),
+            self.parts.config.max_msgs_num_batch,
+            0,
+            None,
+            check_crc,
+            raw,
+            unique=True,
+        )
 
     # ------------------------------------------------------------------ close
     def flush(self) -> int:
@@ -660,17 +596,4 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
             return
         self.services.stop()
         self._closed = True
-        if self._owner is None:  # read-only: nothing to flush, no ownership to give up
-            self.parts.close_files()
-            self.parts.release_locks()
-            return
-        flushed = False
-        try:
-            self.flush_service.flush_to(self.published_tail())
-            flushed = True
-        finally:  # a failed final flush (a full disk, EIO) leaves the store to crash recovery
-            # append.state is not fsynced at the last close either: after a power loss a stale
-            # one is below flush.state, and recovery keeps what flush.state covers
-            self._owner.close(self.flush_service.checkpoint, clean=flushed)
-        self.parts.close_files()
-        self.parts.release_locks()
+        self._assembly.close()

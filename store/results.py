@@ -30,7 +30,7 @@ class PutMessageStatus(enum.Enum):
 
 @dataclass(frozen=True)
 class RecordHead:
-    """Where a stored record belongs (:meth:`rmqlog.MessageStore.record_head`): its topic,
+    """Where a stored record belongs (:meth:`rmqlog.access.wire.WireCalls.record_head`): its topic,
     queue id and queue offset, and its properties (name -> value, Java's parsing rules)."""
 
     topic: str

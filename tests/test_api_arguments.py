@@ -44,6 +44,8 @@ from hypothesis import strategies as st
 import rmqlog
 from rmqlog import InvalidMessageError, InvalidTopicError, StoreConfig, StoreError
 from spark_rmq import option_values as spark_option_values
+from rmqlog.access.wire import WireCalls
+from rmqlog.recovery.replication_calls import ReplicaCalls
 from spark_rmq import options as spark_options
 
 EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
@@ -415,7 +417,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
 
-#: the public methods of MessageStore this file drives (a new one must be added here)
+#: the public methods of MessageStore and of its faces (``store.wire``, ``store.replica``) this
+#: file drives, a face's named ``face.method`` (a new one must be added here)
 METHODS = {
     "append_state",
     "clean_expired",
@@ -447,49 +450,62 @@ METHODS = {
     "read_queue",
     "read_window",
     "record_sizes",
-    "put_wire",
-    "on_arrival",
-    "record_at",
-    "index_last_update",
-    "earliest_store_time",
+    "wire.put_wire",
+    "wire.on_arrival",
+    "wire.record_at",
+    "wire.index_last_update",
+    "wire.earliest_store_time",
     "start_services",
     "stop_services",
     "topics",
     "verify",
     "writer_sequence",
-    "replica_read",
-    "replica_end",
-    "replica_append",
-    "commit_log_min_offset",
-    "consumer_offset_table",
-    "replica_truncate",
-    "record_boundary",
-    "replication_checkpoint",
-    "set_replication_checkpoint",
-    "delay_offsets",
-    "set_delay_offsets",
-    "stored_rows",
-    "wire_records",
-    "put_messages",
-    "flush_to",
-    "dispatch_put",
+    "replica.replica_read",
+    "replica.replica_end",
+    "replica.replica_append",
+    "replica.commit_log_min_offset",
+    "replica.consumer_offset_table",
+    "replica.replica_truncate",
+    "replica.record_boundary",
+    "replica.replication_checkpoint",
+    "replica.set_replication_checkpoint",
+    "replica.delay_offsets",
+    "replica.set_delay_offsets",
+    "wire.stored_rows",
+    "wire.wire_records",
+    "wire.put_messages",
+    "wire.flush_to",
+    "wire.dispatch_put",
     "put_topic",
     "remove_topic_config",
     "persist_topics",
     "topic_table",
     "merge_consumer_offsets",
     "merge_subscription_groups",
-    "record_head",
-    "dispatched_offset",
+    "wire.record_head",
+    "wire.dispatched_offset",
 }
+
+
+#: where the methods are: the store's own, then each face's (an attribute of the store)
+FACES: dict[str, type] = {"": rmqlog.MessageStore, "wire.": WireCalls, "replica.": ReplicaCalls}
 
 
 def public_methods() -> dict[str, Callable[..., Any]]:
     return {
-        name: member
-        for name, member in inspect.getmembers(rmqlog.MessageStore)
+        prefix + name: member
+        for prefix, cls in FACES.items()
+        for name, member in inspect.getmembers(cls)
         if not name.startswith("_") and callable(member)
     }
+
+
+def _bound(store: rmqlog.MessageStore, name: str) -> Callable[..., Any]:
+    """The method ``name`` of ``store`` (``face.method``: of that face)."""
+    target: Any = store
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
 
 
 def _value(name: str) -> st.SearchStrategy[Any]:
@@ -603,7 +619,7 @@ def _call_store_method(h: Harness, name: str, kwargs: dict[str, Any]) -> None:
                 kwargs["config"] = _config()
             opened = rmqlog.MessageStore.open(**kwargs)
             opened.close()
-        elif name == "replica_truncate":
+        elif name == "replica.replica_truncate":
             # a cut keeps the seeds: a record is put to be cut, and an offset in range lands in it
             tail = h.store.published_tail()
             h.store.put("T", b"to be cut")
@@ -614,9 +630,9 @@ def _call_store_method(h: Harness, name: str, kwargs: dict[str, Any]) -> None:
                 and 0 <= offset < 1 << 40
             ):
                 kwargs["offset"] = tail + int(offset)
-            h.store.replica_truncate(**kwargs)
+            h.store.replica.replica_truncate(**kwargs)
         else:
-            getattr(h.store, name)(**kwargs)
+            _bound(h.store, name)(**kwargs)
     except StoreError:
         pass
     h.check()

@@ -245,7 +245,7 @@ def test_a_store_of_many_queues_publishes_small_slots_and_survives_a_lost_base(t
         state = s.parts.state_file.load()
         assert state is not None and state.base >= 1 and len(state.queues) == n
         for i in range(50):
-            s.put_messages([WireMessage(f"T{i}", 0, b"y")])
+            s.wire.put_messages([WireMessage(f"T{i}", 0, b"y")])
             assert len(s.parts.state_file.load().to_bytes()) <= DELTA_MAX_BYTES  # type: ignore[union-attr]
         want = dict(s.parts.state_file.load().queues)  # type: ignore[union-attr]
     assert [p.name for p in root.iterdir() if p.name.startswith("append.base.")]
@@ -257,5 +257,5 @@ def test_a_store_of_many_queues_publishes_small_slots_and_survives_a_lost_base(t
             p.write_bytes(b"damaged")
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert dict(s.append_state().queues) == want  # rebuilt from the log
-        assert s.put_messages([WireMessage("T7", 0, b"z")]).queue_offsets == [want["T7/0"]]
+        assert s.wire.put_messages([WireMessage("T7", 0, b"z")]).queue_offsets == [want["T7/0"]]
         assert s.verify().problems == []

@@ -21,7 +21,7 @@ def _dead(root: Path) -> list[str]:
     with rmqlog.MessageStore.open(root, clock=rmqlog.ManualClock(1_700_000_000_000)) as s:
         s.create_topic("T", 2)
         s.create_topic("U", 1)
-        res = s.put_wire(
+        res = s.wire.put_wire(
             pa.table(
                 {
                     "topic": ["T", "T", "U", "T"],
@@ -33,13 +33,13 @@ def _dead(root: Path) -> list[str]:
             ),
             dispatch=True,
         )
-        records, _ = s.wire_records(res.column("commitLogOffset").to_numpy())
+        records, _ = s.wire.wire_records(res.column("commitLogOffset").to_numpy())
         s.create_topic("%DLQ%G", 1)
-        s.put_wire(
+        s.wire.put_wire(
             send_back_table(records, pa.array(["%DLQ%G"] * 4), np.zeros(4, np.int64), np.zeros(4, np.int64)),
             dispatch=True,
         )
-        s.put_wire(pa.table({"topic": ["%DLQ%G"], "queueId": [0], "body": [b"stray"]}), dispatch=True)
+        s.wire.put_wire(pa.table({"topic": ["%DLQ%G"], "queueId": [0], "body": [b"stray"]}), dispatch=True)
         return res.column("msgId").to_pylist()
 
 

@@ -1,4 +1,4 @@
-"""The direct put (``MessageStore.put_messages``: rmqlog.log.encode.direct,
+"""The direct put (``MessageStore.wire.put_messages``: rmqlog.log.encode.direct,
 rmqlog.access.direct_append, rmqlog.queue.direct_dispatch, IndexFile.add_few) pinned to the
 vectorized wire put (``put_wire``): the same commitlog bytes, consume-queue units, index files
 and results on random input, the same errors; its dispatch from the records' own fields; its
@@ -124,8 +124,8 @@ def test_direct_put_writes_what_the_vectorized_put_writes(
                 )
                 is not None
             )  # the direct path runs
-            got = direct.put_messages(batch, cluster=cluster)
-            want = vector.put_wire(wire_messages_table(batch), cluster=cluster, dispatch=True)
+            got = direct.wire.put_messages(batch, cluster=cluster)
+            want = vector.wire.put_wire(wire_messages_table(batch), cluster=cluster, dispatch=True)
             assert got.commit_log_offsets == want.column("commitLogOffset").to_pylist()
             assert got.queue_offsets == want.column("queueOffset").to_pylist()
             assert got.msg_ids == want.column("msgId").to_pylist()
@@ -147,8 +147,8 @@ def test_records_rolling_over_segment_ends_match_too(tmp_path: Path) -> None:
                 WireMessage("T", i % 4, bytes([i]) * (300 + 37 * j), properties="TAGS\x01x\x02")
                 for j in range(1 + i % 3)
             ]
-            direct.put_messages(batch)
-            vector.put_wire(wire_messages_table(batch), dispatch=True)
+            direct.wire.put_messages(batch)
+            vector.wire.put_wire(wire_messages_table(batch), dispatch=True)
         assert len(direct.parts.commitlog.segments.segment_starts()) >= 10
         assert _files(tmp_path / "d") == _files(tmp_path / "v")
         assert direct.verify().problems == []
@@ -182,11 +182,11 @@ def test_what_the_direct_path_declines_fails_as_put_wire_fails(tmp_path: Path, m
     try:
         tail = s.published_tail()
         with pytest.raises(StoreError) as direct:
-            s.put_messages(messages)
+            s.wire.put_messages(messages)
         assert getattr(direct.value, "field", None) == field
         if field != "*":
             with pytest.raises(type(direct.value)) as vector:
-                s.put_wire(wire_messages_table(messages))
+                s.wire.put_wire(wire_messages_table(messages))
             assert str(vector.value) == str(direct.value)
         assert s.published_tail() == tail  # nothing written
     finally:
@@ -196,7 +196,7 @@ def test_what_the_direct_path_declines_fails_as_put_wire_fails(tmp_path: Path, m
 def test_routed_messages_take_the_vectorized_path_and_are_routed(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     try:
-        rows = s.put_messages([WireMessage("T", 0, b"later", properties="DELAY\x012\x02")], dispatch=True)
+        rows = s.wire.put_messages([WireMessage("T", 0, b"later", properties="DELAY\x012\x02")], dispatch=True)
         assert len(rows.msg_ids) == 1
         assert s.max_offset("T", 0) == 0 and s.max_offset("SCHEDULE_TOPIC_XXXX", 1) == 1
     finally:
@@ -206,8 +206,8 @@ def test_routed_messages_take_the_vectorized_path_and_are_routed(tmp_path: Path)
 def test_an_idempotent_direct_put_is_written_once(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     try:
-        first = s.put_messages([WireMessage("T", 1, b"a")], writer="w", sequence=7)
-        again = s.put_messages([WireMessage("T", 1, b"a")], writer="w", sequence=7)
+        first = s.wire.put_messages([WireMessage("T", 1, b"a")], writer="w", sequence=7)
+        again = s.wire.put_messages([WireMessage("T", 1, b"a")], writer="w", sequence=7)
         assert not first.duplicate and again.duplicate and again.msg_ids == []
         assert s.writer_sequence("w") == 7 and s.max_offset("T", 1) == 1
         assert b"RMQLOG_WRITER\x017 w\x02" in (tmp_path / "s" / "commitlog" / "00000000000000000000").read_bytes()
@@ -222,9 +222,9 @@ def test_an_idempotent_direct_put_is_written_once(tmp_path: Path) -> None:
 def test_a_direct_put_is_dispatched_and_signalled_at_once(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     heard: list[tuple[list[str], list[int], list[int]]] = []
-    s.on_arrival(lambda topics, qids, maxes: heard.append((topics, qids.tolist(), maxes.tolist())))
+    s.wire.on_arrival(lambda topics, qids, maxes: heard.append((topics, qids.tolist(), maxes.tolist())))
     try:
-        s.put_messages([WireMessage("T", 2, b"a", properties="KEYS\x01order-9\x02"), WireMessage("T", 2, b"b")])
+        s.wire.put_messages([WireMessage("T", 2, b"a", properties="KEYS\x01order-9\x02"), WireMessage("T", 2, b"b")])
         # no dispatch() called: the put wrote its units, moved the position and told the listeners
         assert s.max_offset("T", 2) == 2 and s.parts.dispatcher.position() == s.published_tail()
         assert heard == [(["T"], [2], [2])]
@@ -236,10 +236,10 @@ def test_a_direct_put_is_dispatched_and_signalled_at_once(tmp_path: Path) -> Non
 def test_a_direct_put_behind_an_undispatched_one_leaves_the_dispatch_to_the_dispatcher(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     try:
-        s.put_wire(wire_messages_table([WireMessage("T", 0, b"first")]))  # not dispatched
-        s.put_messages([WireMessage("T", 0, b"second")])
+        s.wire.put_wire(wire_messages_table([WireMessage("T", 0, b"first")]))  # not dispatched
+        s.wire.put_messages([WireMessage("T", 0, b"second")])
         assert s.max_offset("T", 0) == 0  # its units were not written before the earlier record's
-        s.put_messages([WireMessage("T", 0, b"third")], dispatch=True)  # a full dispatch: all of them
+        s.wire.put_messages([WireMessage("T", 0, b"third")], dispatch=True)  # a full dispatch: all of them
         assert s.get_messages("g", "T", 0, 0).messages.column("body").to_pylist() == [b"first", b"second", b"third"]
     finally:
         s.close()
@@ -265,8 +265,8 @@ def test_put_messages_refuses_what_is_not_a_sequence(tmp_path: Path) -> None:
     try:
         for bad in (None, b"x", "T", 5, {"topic": "T"}):
             with pytest.raises(StoreError):
-                s.put_messages(bad)  # type: ignore[arg-type]
-        assert s.put_messages([]).msg_ids == []
+                s.wire.put_messages(bad)  # type: ignore[arg-type]
+        assert s.wire.put_messages([]).msg_ids == []
     finally:
         s.close()
 
@@ -279,7 +279,7 @@ from conftest import small_store_config
 s = rmqlog.MessageStore.open(sys.argv[1], config=small_store_config())
 s.create_topic("T", 2)
 for i in range(int(sys.argv[2])):
-    s.put_messages([WireMessage("T", i % 2, b"m%d" % i, properties="KEYS\x01k%d\x02" % i)])
+    s.wire.put_messages([WireMessage("T", i % 2, b"m%d" % i, properties="KEYS\x01k%d\x02" % i)])
     print("acked", i, flush=True)
 """
 
@@ -338,7 +338,7 @@ def test_the_direct_path_is_chosen_for_clean_messages_only(tmp_path: Path) -> No
 def test_a_non_ascii_property_still_goes_through_the_general_path(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     try:
-        s.put_messages([WireMessage("T", 0, b"x", properties="TAGS\x01\u00e9t\u00e9\x02")], dispatch=True)
+        s.wire.put_messages([WireMessage("T", 0, b"x", properties="TAGS\x01\u00e9t\u00e9\x02")], dispatch=True)
         got = s.get_messages("g", "T", 0, 0, tags="\u00e9t\u00e9")
         assert got.messages.num_rows == 1
     finally:
@@ -360,16 +360,16 @@ def test_the_java_hash_of_ascii_text_is_the_utf16_loop(text: str) -> None:
 def test_a_deferred_dispatch_waits_for_dispatch_put(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     heard: list[list[int]] = []
-    s.on_arrival(lambda topics, qids, maxes: heard.append(maxes.tolist()))
+    s.wire.on_arrival(lambda topics, qids, maxes: heard.append(maxes.tolist()))
     try:
-        rows = s.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)
+        rows = s.wire.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)
         assert s.max_offset("T", 3) == 0 and heard == []  # appended, not dispatched yet
         assert s.parts.dispatcher.run_once(0.0) is False  # a background round leaves it to the put
-        assert s.dispatch_put(rows) is True
+        assert s.wire.dispatch_put(rows) is True
         assert s.max_offset("T", 3) == 1 and heard == [[1]]
-        assert s.dispatch_put(rows) is True and heard == [[1]]  # once
+        assert s.wire.dispatch_put(rows) is True and heard == [[1]]  # once
         with pytest.raises(StoreError):
-            s.dispatch_put("rows")  # type: ignore[arg-type]
+            s.wire.dispatch_put("rows")  # type: ignore[arg-type]
     finally:
         s.close()
 
@@ -381,7 +381,7 @@ def test_a_deferred_dispatch_never_run_is_taken_by_the_background_dispatcher(tmp
 
     s = _open(tmp_path / "s")
     try:
-        s.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)  # its caller forgot it
+        s.wire.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)  # its caller forgot it
         time.sleep(DIRECT_GRACE_S * 2)  # (the grace is real time: another thread's put)
         assert s.parts.dispatcher.run_once(10.0) is True
         assert s.max_offset("T", 3) == 1
@@ -397,7 +397,7 @@ s = rmqlog.MessageStore.open(sys.argv[1], config=small_store_config())
 s.create_topic("T", 4)
 w = sys.argv[2]
 for i in range(int(sys.argv[3])):
-    s.put_messages([WireMessage("T", i % 4, f"{w}-{i}".encode(), properties=f"KEYS\x01{w}-{i}\x02")] * (1 + i % 3))
+    s.wire.put_messages([WireMessage("T", i % 4, f"{w}-{i}".encode(), properties=f"KEYS\x01{w}-{i}\x02")] * (1 + i % 3))
 s.close()
 """
 
@@ -442,7 +442,7 @@ def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(
 
     s = _open(tmp_path / "s")
     try:
-        s.put_messages([WireMessage("T", 0, b"first")])
+        s.wire.put_messages([WireMessage("T", 0, b"first")])
 
         def no_room(self: ConsumeQueue, first: int, units: bytes) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -450,7 +450,7 @@ def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "write_packed", no_room)
             with pytest.raises(rmqlog.DiskFullError) as info:
-                s.put_messages([WireMessage("T", 0, b"second")])
+                s.wire.put_messages([WireMessage("T", 0, b"second")])
         assert info.value.appended and "WAS appended" in str(info.value)
         assert s.max_offset("T", 0) == 1  # its unit not written ...
         assert s.dispatch() == 1  # ... until the next dispatch

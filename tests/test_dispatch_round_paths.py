@@ -94,7 +94,7 @@ def _run(root: Path, seed: int) -> dict[str, int]:
         last = 0
         for _ in range(60):
             who = rng.randrange(2)
-            stores[who].put_wire(_batch(rng, serial))
+            stores[who].wire.put_wire(_batch(rng, serial))
             clock.advance(rng.choice([0, 1, 7]))
             if rng.random() < 0.7:
                 d = rng.randrange(2)
@@ -149,11 +149,11 @@ def test_the_state_read_through_a_kept_descriptor_follows_the_file(tmp_path: Pat
         a.create_topic("A", 4)
         row = {"topic": ["A"], "queueId": [0], "body": [b"x"], "properties": ["TAGS\x01t\x02"]}
         t = pa.table(row, schema=pa.schema([WIRE_SCHEMA.field(c) for c in row]))
-        a.put_wire(t)
+        a.wire.put_wire(t)
         assert a.dispatch() == 1
         path = tmp_path / "dispatch.state"
         assert a.dispatcher.position_file._read() == path.read_bytes()
-        b.put_wire(t)
+        b.wire.put_wire(t)
         assert b.dispatch() == 1  # written in place by the other: the same descriptor reads it
         assert a.dispatcher.position_file._read() == path.read_bytes()
         assert a.dispatch() == 0 and a.dispatcher.position() == b.dispatcher.position()
@@ -166,7 +166,7 @@ def test_the_state_read_through_a_kept_descriptor_follows_the_file(tmp_path: Pat
         path.unlink()
         with pytest.raises(FileNotFoundError):
             a.dispatcher.position_file._read()
-        a.put_wire(t)
+        a.wire.put_wire(t)
         assert a.dispatch() == 1 and a.max_offset("A", 0) == 3
         a.dispatcher.close()
         assert a.dispatcher.position_file._file is None

@@ -139,7 +139,7 @@ def _idle_after_one_put(s: rmqlog.MessageStore) -> tuple[list[tuple[str, int, in
     """Listen to arrivals, put one row, dispatch it, and check the next round is an idle one;
     returns what was heard and the dispatcher."""
     heard: list[tuple[str, int, int]] = []
-    s.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
+    s.wire.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
     d = s.dispatcher
     s.put_batch(ROW)
     d.run_once(0.0)
@@ -164,7 +164,7 @@ def test_another_dispatchers_progress_is_still_signalled(tmp_path: Path) -> None
     dispatch here, but the tail moved, so the round looks and the listener hears of them."""
     with rmqlog.MessageStore.open(tmp_path / "s") as s, rmqlog.MessageStore.open(tmp_path / "s") as other:
         heard: list[tuple[str, int, int]] = []
-        s.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
+        s.wire.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
         d = s.dispatcher
         d.run_once(0.0)
         s.put_batch(ROW)
@@ -229,7 +229,7 @@ def test_the_fast_path_never_misses_what_a_full_round_would_dispatch(tmp_path: P
             for key, end in zip(zip(t, q.tolist(), strict=True), m.tolist(), strict=True):
                 heard[key] = max(heard.get(key, 0), end)
 
-        s.on_arrival(listener)
+        s.wire.on_arrival(listener)
         d = s.dispatcher
         now = 0.0
         for _ in range(60):
@@ -287,7 +287,7 @@ def test_an_in_process_put_wakes_the_dispatcher(store: rmqlog.MessageStore, monk
     assert woken == [store.dispatcher]
     store.put_batch(ROW, dispatch=True)  # dispatched by the put itself: no wake
     assert woken == [store.dispatcher]
-    store.put_wire(ROW)
+    store.wire.put_wire(ROW)
     assert woken == [store.dispatcher, store.dispatcher]
 
 
@@ -298,7 +298,7 @@ def test_a_put_is_dispatched_at_once_by_the_woken_service(tmp_path: Path, monkey
     cfg = rmqlog.StoreConfig(reput_interval_ms=3_600_000)
     with rmqlog.MessageStore.open(tmp_path / "s", cfg, clock=rmqlog.ManualClock()) as s:
         arrived = threading.Event()
-        s.on_arrival(lambda t, q, m: arrived.set() if "W" in t else None)
+        s.wire.on_arrival(lambda t, q, m: arrived.set() if "W" in t else None)
         s.start_services()
         assert s.dispatcher._watch is None
         s.put_batch(rows("W", 0))
@@ -368,7 +368,7 @@ def test_another_writers_put_wakes_the_watching_dispatcher(tmp_path: Path) -> No
         rmqlog.MessageStore.open(tmp_path / "s", cfg) as other,
     ):
         arrived = threading.Event()
-        s.on_arrival(lambda t, q, m: arrived.set() if "F" in t else None)
+        s.wire.on_arrival(lambda t, q, m: arrived.set() if "F" in t else None)
         s.start_services()
         assert s.dispatcher._watch is not None
         other.put_batch(rows("F", 1))
@@ -396,10 +396,10 @@ def test_the_watch_wakes_no_round_for_this_process_s_direct_puts_and_one_for_ano
         detach = d.attach(wake)
         try:
             assert d._watch is not None
-            s.put_messages([rmqlog.WireMessage("F", 0, b"first")])  # dispatched at once by itself
+            s.wire.put_messages([rmqlog.WireMessage("F", 0, b"first")])  # dispatched at once by itself
             woken.wait(0.5)  # (attach's own first wake; then the watch's, if any, would come)
             for i in range(20):  # apart, so that the watch reads each publish's event on its own
-                s.put_messages([rmqlog.WireMessage("F", 0, b"m%d" % i)])
+                s.wire.put_messages([rmqlog.WireMessage("F", 0, b"m%d" % i)])
                 time.sleep(0.01)
             time.sleep(0.2)  # the watch's events for these publishes, read by now
             before = len(wakes)
@@ -471,7 +471,7 @@ def test_a_watch_that_stops_wakes_the_dispatcher_which_polls_again(
     with rmqlog.MessageStore.open(tmp_path / "s") as s, rmqlog.MessageStore.open(tmp_path / "s") as other:
         s.put_batch(rows("G", 0), dispatch=True)  # the topic made now: the other's put only publishes
         arrived, reverted = threading.Event(), threading.Event()
-        s.on_arrival(lambda t, q, m: arrived.set() if "G" in t else None)
+        s.wire.on_arrival(lambda t, q, m: arrived.set() if "G" in t else None)
         d = s.dispatcher
         run_once = d.run_once
 

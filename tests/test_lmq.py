@@ -40,7 +40,7 @@ def _msg(body: bytes, lmqs: str | None, qid: int = 1, extra: str = "") -> WireMe
 
 def test_a_message_is_dispatched_into_each_lmq_it_names(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages(
+        s.wire.put_messages(
             [_msg(b"a", "%LMQ%1,%LMQ%2", extra="WAIT\x01true\x02TAGS\x01tg\x02"), _msg(b"b", "%LMQ%2", qid=2)],
             dispatch=True,
         )
@@ -78,8 +78,8 @@ def test_a_message_is_dispatched_into_each_lmq_it_names(root: Path) -> None:
 
 def test_the_offsets_property_is_written_as_rocketmq_writes_it(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages([_msg(b"x", f"%LMQ%{i}") for i in range(12)], dispatch=True)  # %LMQ%0..11 at 0
-        s.put_messages([_msg(b"y", ",".join(f"%LMQ%{i}" for i in range(12)) + ",")], dispatch=True)  # Java's split
+        s.wire.put_messages([_msg(b"x", f"%LMQ%{i}") for i in range(12)], dispatch=True)  # %LMQ%0..11 at 0
+        s.wire.put_messages([_msg(b"y", ",".join(f"%LMQ%{i}" for i in range(12)) + ",")], dispatch=True)  # Java's split
     data = b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
     rec = walk(root)[-1]
     raw = data[rec.physical_offset : rec.physical_offset + rec.total_size]
@@ -92,7 +92,7 @@ def test_the_offsets_property_is_written_as_rocketmq_writes_it(root: Path) -> No
 
 def test_a_name_given_twice_takes_one_offset(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages([_msg(b"a", "%LMQ%d,%LMQ%d"), _msg(b"b", "%LMQ%d")], dispatch=True)
+        s.wire.put_messages([_msg(b"a", "%LMQ%d,%LMQ%d"), _msg(b"b", "%LMQ%d")], dispatch=True)
         assert [r.properties["INNER_MULTI_QUEUE_OFFSET"] for r in walk(root)] == ["0,0", "1"]
         assert len(units(root, "%LMQ%d", 0)) == 2
 
@@ -106,7 +106,7 @@ def test_flags_off_no_lmq_dispatch(root: Path) -> None:
     for i, config in enumerate(configs):
         r = root / str(i)
         with _open(r, **config) as s:
-            s.put_messages([_msg(b"a", "%LMQ%1")], dispatch=True)
+            s.wire.put_messages([_msg(b"a", "%LMQ%1")], dispatch=True)
             (rec,) = walk(r)
             assert (
                 rec.properties["INNER_MULTI_DISPATCH"] == "%LMQ%1" and "INNER_MULTI_QUEUE_OFFSET" not in rec.properties
@@ -120,7 +120,7 @@ def test_a_bad_lmq_name_is_refused_with_nothing_written(root: Path, names: str) 
     with _open(root) as s:
         tail = s.published_tail()
         with pytest.raises(InvalidMessageError) as e:
-            s.put_messages([_msg(b"ok", None), _msg(b"a", names)], dispatch=True)
+            s.wire.put_messages([_msg(b"ok", None), _msg(b"a", names)], dispatch=True)
         assert e.value.row == 1 and e.value.field == "properties"
         assert s.published_tail() == tail and walk(root) == []
         assert not (root / "consumequeue").exists() or not any((root / "consumequeue").iterdir())
@@ -128,26 +128,26 @@ def test_a_bad_lmq_name_is_refused_with_nothing_written(root: Path, names: str) 
 
 def test_a_delayed_message_cannot_name_lmqs(root: Path) -> None:
     with _open(root) as s, pytest.raises(InvalidMessageError, match="delayed or timed"):
-        s.put_messages([_msg(b"a", "%LMQ%1", extra="DELAY\x012\x02")])
+        s.wire.put_messages([_msg(b"a", "%LMQ%1", extra="DELAY\x012\x02")])
     assert walk(root) == []
 
 
 def test_past_the_limit_puts_naming_lmqs_are_refused(root: Path) -> None:
     with _open(root, max_lmq_consume_queue_num=2) as s:
-        s.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2")], dispatch=True)  # 0 LMQs: not more than 2
-        s.put_messages([_msg(b"b", "%LMQ%3")], dispatch=True)  # 2 LMQs: still not more than 2 (RocketMQ's >)
+        s.wire.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2")], dispatch=True)  # 0 LMQs: not more than 2
+        s.wire.put_messages([_msg(b"b", "%LMQ%3")], dispatch=True)  # 2 LMQs: still not more than 2 (RocketMQ's >)
         tail = s.published_tail()
         with pytest.raises(LmqLimitError) as e:
-            s.put_messages([_msg(b"c", "%LMQ%1")], dispatch=True)  # 3 LMQs
+            s.wire.put_messages([_msg(b"c", "%LMQ%1")], dispatch=True)  # 3 LMQs
         assert (e.value.count, e.value.limit) == (3, 2)
         assert s.published_tail() == tail
-        s.put_messages([_msg(b"d", None)], dispatch=True)  # a put naming none goes on
+        s.wire.put_messages([_msg(b"d", None)], dispatch=True)  # a put naming none goes on
         assert [r.body for r in walk(root)] == [b"a", b"b", b"d"]
 
 
 def test_a_unit_pointing_at_a_record_not_in_the_lmq_fails_the_read(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages([_msg(b"a", "%LMQ%1"), _msg(b"b", "%LMQ%2")], dispatch=True)
+        s.wire.put_messages([_msg(b"a", "%LMQ%1"), _msg(b"b", "%LMQ%2")], dispatch=True)
         other = units(root, "%LMQ%2", 0)[0]
         write_unit(root, "%LMQ%1", 0, 0, other[0], other[1])  # the record is in %LMQ%2 only
         with pytest.raises(rmqlog.CorruptQueueError, match="not in %LMQ%1 at queue offset 0"):
@@ -156,10 +156,10 @@ def test_a_unit_pointing_at_a_record_not_in_the_lmq_fails_the_read(root: Path) -
 
 def test_rebuilt_state_continues_each_lmq(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2"), _msg(b"b", "%LMQ%2")], dispatch=True)
+        s.wire.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2"), _msg(b"b", "%LMQ%2")], dispatch=True)
     (root / "append.state").unlink()
     with _open(root) as s:
-        s.put_messages([_msg(b"c", "%LMQ%2,%LMQ%1")], dispatch=True)
+        s.wire.put_messages([_msg(b"c", "%LMQ%2,%LMQ%1")], dispatch=True)
         assert walk(root)[-1].properties["INNER_MULTI_QUEUE_OFFSET"] == "2,1"
         assert [m["body"] for m in read_queue_all(s, "%LMQ%2", 0)] == [b"a", b"b", b"c"]
 
@@ -172,7 +172,7 @@ from conftest import small_store_config
 s = MessageStore.open(sys.argv[1], config=small_store_config(enable_lmq=True, enable_multi_dispatch=True))
 s.create_topic("T", 4)
 for i in range(int(sys.argv[2])):
-    s.put_messages([WireMessage("T", i % 2, b"m%d" % i, properties="INNER_MULTI_DISPATCH\\x01%LMQ%a,%LMQ%b\\x02")],
+    s.wire.put_messages([WireMessage("T", i % 2, b"m%d" % i, properties="INNER_MULTI_DISPATCH\\x01%LMQ%a,%LMQ%b\\x02")],
                    dispatch=True)
     print("acked", i, flush=True)
 """
@@ -190,20 +190,20 @@ def test_recovery_after_a_kill_rebuilds_the_lmq_units(tmp_path: Path, point: str
         assert len(recs) == 6  # the killed put was published
         for name in ("%LMQ%a", "%LMQ%b"):
             assert [m["body"] for m in read_queue_all(s, name, 0)] == [b"m%d" % i for i in range(6)]
-        s.put_messages([_msg(b"next", "%LMQ%b")], dispatch=True)
+        s.wire.put_messages([_msg(b"next", "%LMQ%b")], dispatch=True)
         assert walk(tmp_path / "s")[-1].properties["INNER_MULTI_QUEUE_OFFSET"] == "6"
         assert s.verify().problems == []
 
 
 def test_a_replica_keeps_the_lmq_offsets_and_units(root: Path, tmp_path: Path) -> None:
     with _open(root) as master, MessageStore.open(tmp_path / "slave", config=small_store_config(**LMQ_ON)) as slave:
-        master.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2"), _msg(b"b", "%LMQ%2")], dispatch=True)
+        master.wire.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2"), _msg(b"b", "%LMQ%2")], dispatch=True)
         end = 0
         while end < master.published_tail():
-            end = slave.replica_append(end, master.replica_read(end, 1 << 20))
+            end = slave.replica.replica_append(end, master.replica.replica_read(end, 1 << 20))
         slave.dispatch()
         assert [m["body"] for m in read_queue_all(slave, "%LMQ%2", 0)] == [b"a", b"b"]
         assert units(tmp_path / "slave", "%LMQ%1", 0) == units(root, "%LMQ%1", 0)
         # promoted, it continues each LMQ where the master was
-        slave.put_messages([_msg(b"c", "%LMQ%2,%LMQ%1")], dispatch=True)
+        slave.wire.put_messages([_msg(b"c", "%LMQ%2,%LMQ%1")], dispatch=True)
         assert walk(tmp_path / "slave")[-1].properties["INNER_MULTI_QUEUE_OFFSET"] == "2,1"

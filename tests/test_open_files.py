@@ -7,6 +7,7 @@ lowers it with ``resource.setrlimit`` (the limit of the test runner itself is le
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -330,3 +331,25 @@ def test_out_of_descriptors_is_typed_and_harms_nothing(tmp_path: Path) -> None:
         for q, body in out["acked"]:
             got = s.read_queue("T", q, 0, s.max_offset("T", q)).column("body").to_pylist()
             assert got.count(body.encode()) == 1, (q, body, got)
+
+
+@pytest.mark.parametrize("face", ["wire", "replica"])
+def test_out_of_descriptors_in_a_face_call_is_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, face: str) -> None:
+    """The broker's and replication's calls (``store.wire``, ``store.replica``) turn running out
+    of descriptors into :class:`rmqlog.TooManyOpenFilesError` naming the file, as the store's
+    own calls do."""
+
+    def out_of_files(*_: object, **__: object) -> None:
+        raise OSError(errno.EMFILE, "Too many open files", "config/some.json")
+
+    with rmqlog.MessageStore.open(tmp_path / "s", small_store_config()) as s:
+        if face == "wire":
+            monkeypatch.setattr(s.parts.dispatcher, "dispatched", out_of_files)
+            call = s.wire.dispatched_offset
+        else:
+            monkeypatch.setattr(s.parts.commitlog, "min_offset", out_of_files)
+            call = s.replica.commit_log_min_offset
+        with pytest.raises(rmqlog.TooManyOpenFilesError) as caught:
+            call()
+        monkeypatch.undo()  # (the close reads them too)
+        assert caught.value.filename == "config/some.json"

@@ -52,11 +52,11 @@ def _replicate(master: rmqlog.MessageStore, slave: rmqlog.MessageStore, chunk: i
     rnd = random.Random(seed)
     transfers = 0
     while True:
-        at = slave.replica_end()
-        data = master.replica_read(at, chunk or rnd.randint(1, 900))
+        at = slave.replica.replica_end()
+        data = master.replica.replica_read(at, chunk or rnd.randint(1, 900))
         if not data:
             return transfers
-        assert slave.replica_append(at, data) == at + len(data)
+        assert slave.replica.replica_append(at, data) == at + len(data)
         transfers += 1
 
 
@@ -77,7 +77,7 @@ def test_slave_log_is_byte_identical_across_rolls(tmp_path: Path, chunk: int | N
         tail = master.published_tail()
         assert tail > 3 * SEG  # several rolls
         _replicate(master, slave, chunk)
-        assert slave.published_tail() == tail == slave.replica_end()
+        assert slave.published_tail() == tail == slave.replica.replica_end()
         assert _log_bytes(tmp_path / "s", tail) == _log_bytes(tmp_path / "m", tail)
         ref_m = rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG)
         ref_s = rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)
@@ -131,16 +131,16 @@ def test_partial_record_waits_and_restart_resumes(tmp_path: Path) -> None:
     master = _open(tmp_path / "m")
     slave = _open(tmp_path / "s")
     _fill(master, 10)
-    data = master.replica_read(0, 3000)
-    slave.replica_append(0, data[:1000])
+    data = master.replica.replica_read(0, 3000)
+    slave.replica.replica_append(0, data[:1000])
     published = slave.published_tail()
-    assert 0 < published <= 1000 and slave.replica_end() == 1000
+    assert 0 < published <= 1000 and slave.replica.replica_end() == 1000
     slave.close()  # restart mid-record: the unpublished bytes are not part of the log
     slave = _open(tmp_path / "s")
     try:
-        assert slave.replica_end() == published
+        assert slave.replica.replica_end() == published
         with pytest.raises(ReplicaOffsetError) as info:
-            slave.replica_append(1000, data[1000:2000])
+            slave.replica.replica_append(1000, data[1000:2000])
         assert info.value.end == published
         _replicate(master, slave, 32 << 10)
         tail = master.published_tail()
@@ -151,7 +151,7 @@ def test_partial_record_waits_and_restart_resumes(tmp_path: Path) -> None:
 
 
 def _first_records(master: rmqlog.MessageStore) -> tuple[bytes, list[int]]:
-    data = master.replica_read(0, SEG)
+    data = master.replica.replica_read(0, SEG)
     starts, pos = [], 0
     while pos + 8 <= len(data) and int.from_bytes(data[pos + 4 : pos + 8], "big", signed=True) != -875286124:
         starts.append(pos)
@@ -183,15 +183,15 @@ def test_damaged_record_refused_nothing_past_it(tmp_path: Path, damage: str) -> 
         elif damage == "size":
             bad[at : at + 4] = (1 << 30).to_bytes(4, "big")
         else:  # a topic name the store refuses (a path): same length, so the record still adds up
-            rec = master.replica_read(at, int.from_bytes(data[at : at + 4], "big"))
+            rec = master.replica.replica_read(at, int.from_bytes(data[at : at + 4], "big"))
             tpos = rec.index(b"T", 100)
             bad[at + tpos : at + tpos + 2] = b"/."
         end = min(len(bad), starts[-1])
         with pytest.raises(ReplicaStreamError) as info:
-            slave.replica_append(0, bytes(bad[:end]))
+            slave.replica.replica_append(0, bytes(bad[:end]))
         assert info.value.offset == at
         assert slave.published_tail() == at  # the two records before it were published
-        assert slave.replica_end() == at
+        assert slave.replica.replica_end() == at
         # nothing past it: the bytes from the bad record on were cleared
         assert not any((tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()[at:SEG])
         assert len(rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)) == 2
@@ -212,23 +212,23 @@ def test_foreign_stream_refused(tmp_path: Path) -> None:
         _fill(master, 6, seed=1)
         _fill(other, 6, seed=9)
         _replicate(master, slave, 32 << 10)
-        end = slave.replica_end()
+        end = slave.replica.replica_end()
         # another log's bytes at this offset: PHYSICALOFFSET / queue offsets do not continue
-        foreign = other.replica_read(0, 2000)
+        foreign = other.replica.replica_read(0, 2000)
         with pytest.raises(ReplicaStreamError):
-            slave.replica_append(end, foreign)
+            slave.replica.replica_append(end, foreign)
         assert slave.published_tail() == end
         # zeros where a record belongs, garbage
         with pytest.raises(ReplicaStreamError):
-            slave.replica_append(end, bytes(64))
+            slave.replica.replica_append(end, bytes(64))
         with pytest.raises(ReplicaStreamError):
-            slave.replica_append(end, b"\x00\x00\x01\x00garbage!" * 4)
+            slave.replica.replica_append(end, b"\x00\x00\x01\x00garbage!" * 4)
         # a transfer crossing its segment, an offset that is not the end: nothing written
         with pytest.raises(ReplicaStreamError, match="cross"):
-            slave.replica_append(end, bytes(SEG))
+            slave.replica.replica_append(end, bytes(SEG))
         with pytest.raises(ReplicaOffsetError):
-            slave.replica_append(end + 1, b"x")
-        assert slave.published_tail() == end == slave.replica_end()
+            slave.replica.replica_append(end + 1, b"x")
+        assert slave.published_tail() == end == slave.replica.replica_end()
     finally:
         master.close()
         other.close()
@@ -238,18 +238,18 @@ def test_foreign_stream_refused(tmp_path: Path) -> None:
 def test_replica_read_bounds(tmp_path: Path) -> None:
     master = _open(tmp_path / "m")
     try:
-        assert master.replica_read(0, 100) == b""
+        assert master.replica.replica_read(0, 100) == b""
         _fill(master, 20)
         tail = master.published_tail()
-        assert len(master.replica_read(0, 1 << 20)) == SEG  # never past its segment
-        assert len(master.replica_read(SEG - 10, 100)) == 10
-        assert master.replica_read(tail, 10) == b""
-        assert len(master.replica_read(tail - 5, 100)) == 5  # never past the tail
+        assert len(master.replica.replica_read(0, 1 << 20)) == SEG  # never past its segment
+        assert len(master.replica.replica_read(SEG - 10, 100)) == 10
+        assert master.replica.replica_read(tail, 10) == b""
+        assert len(master.replica.replica_read(tail - 5, 100)) == 5  # never past the tail
         with pytest.raises(ReplicaOffsetError, match="past the published tail"):
-            master.replica_read(tail + 1, 10)
+            master.replica.replica_read(tail + 1, 10)
         master.commitlog.segments  # noqa: B018 - (the store's retention deletes the oldest segment below)
         with pytest.raises(rmqlog.InvalidArgumentError):
-            master.replica_read(0, 0)
+            master.replica.replica_read(0, 0)
     finally:
         master.close()
 
@@ -260,18 +260,18 @@ def test_restart_inside_a_segment_blank_resumes_at_the_blank(tmp_path: Path) -> 
     try:
         _fill(master, 30)
         # up to just inside the first segment's end blank (the master's bytes, as stored)
-        first = master.replica_read(0, SEG)
+        first = master.replica.replica_read(0, SEG)
         end0 = [r for r in rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG) if r.physical_offset < SEG][-1]
         blank_at = end0.physical_offset + end0.total_size
         assert SEG - blank_at >= 16  # a blank of some size ends the segment
-        slave.replica_append(0, first[: blank_at + 4])  # the blank's header cut in two
+        slave.replica.replica_append(0, first[: blank_at + 4])  # the blank's header cut in two
         assert slave.published_tail() == blank_at
-        slave.replica_append(blank_at + 4, first[blank_at + 4 : SEG - 3])
+        slave.replica.replica_append(blank_at + 4, first[blank_at + 4 : SEG - 3])
         assert slave.published_tail() == blank_at  # published only once the segment's last byte came
         slave.close()
         slave = _open(tmp_path / "s")
-        assert slave.replica_end() == blank_at  # resumes at the blank: its bytes come again
-        slave.replica_append(blank_at, first[blank_at:])
+        assert slave.replica.replica_end() == blank_at  # resumes at the blank: its bytes come again
+        slave.replica.replica_append(blank_at, first[blank_at:])
         assert slave.published_tail() == SEG
         _replicate(master, slave, 32 << 10)
         tail = master.published_tail()
@@ -291,7 +291,7 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
     master = _open(tmp_path / "m")
     _fill(master, 30, seed=seed)
     tail = master.published_tail()
-    log = b"".join(master.replica_read(o, SEG) for o in range(0, tail, SEG))[:tail]
+    log = b"".join(master.replica.replica_read(o, SEG) for o in range(0, tail, SEG))[:tail]
     records = rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG)
     victim = rnd.choice(records)
     at = victim.physical_offset
@@ -310,17 +310,17 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
     outcomes = []
     for fast in (True, False):
         slave = _open(tmp_path / f"s{fast}")
-        slave._replica_writer().fast = fast
+        slave.replica._replica_writer().fast = fast
         steps = []
         r2 = random.Random(seed)
         try:
             while True:
-                end = slave.replica_end()
+                end = slave.replica.replica_end()
                 if end >= tail:
                     break
                 n = min(r2.randint(1, 3000), SEG - end % SEG, tail - end)
                 try:
-                    slave.replica_append(end, bytes(bad[end : end + n]))
+                    slave.replica.replica_append(end, bytes(bad[end : end + n]))
                     steps.append(("ok", slave.published_tail()))
                 except ReplicaStreamError as exc:
                     steps.append(("refused", exc.offset, str(exc).split("; file")[0]))
@@ -350,15 +350,15 @@ def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> N
         for _start, path in rc.list_segments(str(tmp_path / "m" / "commitlog"))[:2]:
             os.utime(path, (old, old))
         report = master.clean_expired()
-        first = master.commit_log_min_offset()
+        first = master.replica.commit_log_min_offset()
         assert first == 2 * SEG, report
         assert first == 2 * SEG
         with pytest.raises(ReplicaOffsetError):
-            slave.replica_append(first + 8, b"x")  # only a segment's start
+            slave.replica.replica_append(first + 8, b"x")  # only a segment's start
         pos = first
         while pos < master.published_tail():
-            data = master.replica_read(pos, 32 << 10)
-            pos = slave.replica_append(pos, data)
+            data = master.replica.replica_read(pos, 32 << 10)
+            pos = slave.replica.replica_append(pos, data)
         tail = master.published_tail()
         assert slave.published_tail() == tail
         for start, path in rc.list_segments(str(tmp_path / "s" / "commitlog")):
@@ -371,7 +371,7 @@ def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> N
         master.close()
         slave.close()
         slave = rmqlog.MessageStore.open(tmp_path / "s", cfg)  # reopened: recovery keeps it all
-        assert slave.published_tail() == tail and slave.commit_log_min_offset() == first
+        assert slave.published_tail() == tail and slave.replica.commit_log_min_offset() == first
         kept = [
             r.body
             for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)

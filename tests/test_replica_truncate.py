@@ -1,4 +1,4 @@
-"""``MessageStore.replica_truncate``: an open store's commitlog cut back to a record boundary
+"""``MessageStore.replica.replica_truncate``: an open store's commitlog cut back to a record boundary
 (the old master come back as a slave drops what its new master's log does not hold), and the
 failover calls beside it: the replication checkpoint and the delay offsets.
 
@@ -35,7 +35,7 @@ def _fill(s: rmqlog.MessageStore, n: int = 60, start: int = 0) -> list[tuple[int
     out = []
     for i in range(start, start + n):
         r = s.put("AB"[i % 2], b"m%03d-" % i + bytes([i % 251]) * (60 + 7 * (i % 11)), queue_id=i % 3, keys=[f"k{i}"])
-        rec = s.record_at(r.commit_log_offset)
+        rec = s.wire.record_at(r.commit_log_offset)
         assert rec is not None
         out.append((r.commit_log_offset, int(rec.sizes[0])))
     return out
@@ -67,7 +67,7 @@ def _check_cut(root: Path, s: rmqlog.MessageStore, before: list[rc.RefRecord], e
     gone = [r for r in before if r.physical_offset + r.total_size > end]
     for r in gone[:5]:
         assert s.message_by_offset(r.physical_offset) is None
-        assert s.record_at(r.physical_offset) is None
+        assert s.wire.record_at(r.physical_offset) is None
         if "KEYS" in r.properties:
             assert s.query_by_key(r.topic, r.properties["KEYS"]).num_rows == 0
     for r in [r for r in kept if "KEYS" in r.properties][-3:]:
@@ -103,8 +103,8 @@ def test_a_cut_keeps_the_whole_records_before_the_offset(tmp_path: Path, where: 
             "blank": (seg1 + SEG - 3, last_in_seg),  # inside a segment's end blank: the blank goes
             "tail": (tail, tail),
         }[where]
-        assert s.record_boundary(offset) == end
-        assert s.replica_truncate(offset) == end
+        assert s.replica.record_boundary(offset) == end
+        assert s.replica.replica_truncate(offset) == end
         _check_cut(root, s, before, end)
         if end < tail:  # segments wholly past the cut are deleted
             assert (
@@ -123,11 +123,11 @@ def test_across_segments_and_back_to_the_first(tmp_path: Path) -> None:
         placed = _fill(s)
         before = _records(root)
         second = next((o, z) for o, z in placed if o >= SEG)
-        end = s.replica_truncate(second[0] + second[1] + 3)  # from the 4th segment back into the 2nd
+        end = s.replica.replica_truncate(second[0] + second[1] + 3)  # from the 4th segment back into the 2nd
         assert end == second[0] + second[1]
         assert [start for start, _ in rc.list_segments(str(root / "commitlog"))] == [0, SEG]
         _check_cut(root, s, before, end)
-        assert s.replica_truncate(0) == 0  # everything: the first segment is kept, emptied
+        assert s.replica.replica_truncate(0) == 0  # everything: the first segment is kept, emptied
         assert [start for start, _ in rc.list_segments(str(root / "commitlog"))] == [0]
         _check_cut(root, s, before, 0)
         _continue(s)
@@ -142,7 +142,7 @@ def test_an_idempotence_marker_cut_is_taken_again(tmp_path: Path) -> None:
         s.put_batch(pa.table({"topic": ["A"], "body": [b"two"]}), writer="sink/0", sequence=2)
         s.put_batch(pa.table({"topic": ["A"], "body": [b"other"]}), writer="sink/1", sequence=7)
         assert s.writer_sequence("sink/0") == 2
-        assert s.replica_truncate(cut_at) == cut_at
+        assert s.replica.replica_truncate(cut_at) == cut_at
         assert s.writer_sequence("sink/0") == 1 and s.writer_sequence("sink/1") is None
         assert s.put_batch(pa.table({"topic": ["A"], "body": [b"one"]}), writer="sink/0", sequence=1).num_rows == 0
         again = s.put_batch(pa.table({"topic": ["A"], "body": [b"two"]}), writer="sink/0", sequence=2)
@@ -158,14 +158,14 @@ def test_a_slave_cut_forgets_a_partial_record_received_and_goes_on(tmp_path: Pat
     try:
         placed = _fill(m, 20)
         off, size = placed[15]
-        data = m.replica_read(0, off + size // 2)
-        assert s.replica_append(0, data) == off + size // 2  # 15 whole records and half of the 16th
+        data = m.replica.replica_read(0, off + size // 2)
+        assert s.replica.replica_append(0, data) == off + size // 2  # 15 whole records and half of the 16th
         assert s.published_tail() == off
-        assert s.replica_truncate(placed[10][0] + 3) == placed[10][0]
-        assert s.replica_end() == placed[10][0]
+        assert s.replica.replica_truncate(placed[10][0] + 3) == placed[10][0]
+        assert s.replica.replica_end() == placed[10][0]
         end = placed[10][0]
         while end < m.published_tail():
-            end = s.replica_append(end, m.replica_read(end, 1 << 20))
+            end = s.replica.replica_append(end, m.replica.replica_read(end, 1 << 20))
         assert s.published_tail() == m.published_tail()
         s.dispatch()
         assert s.verify().problems == []
@@ -193,20 +193,20 @@ def test_refusals(tmp_path: Path) -> None:
         _fill(s, 10)
         tail = s.published_tail()
         with pytest.raises(rmqlog.ReplicaOffsetError):
-            s.replica_truncate(tail + 1)
+            s.replica.replica_truncate(tail + 1)
         with pytest.raises(rmqlog.InvalidArgumentError):
-            s.replica_truncate(-1)
+            s.replica.replica_truncate(-1)
         # another store of this process has it open
         with rmqlog.MessageStore.open(root, _config()) as other:
             with pytest.raises(rmqlog.StoreBusyError, match="replica_truncate needs the store to itself"):
-                s.replica_truncate(10)
+                s.replica.replica_truncate(10)
             assert other.published_tail() == tail
         # a read-only open elsewhere is not counted; a read-only store refuses
         with rmqlog.MessageStore.open(root, _config(), read_only=True) as ro:
             with pytest.raises(rmqlog.ReadOnlyStoreError):
-                ro.replica_truncate(10)
+                ro.replica.replica_truncate(10)
             with pytest.raises(rmqlog.ReadOnlyStoreError):
-                ro.set_replication_checkpoint(5)
+                ro.replica.set_replication_checkpoint(5)
         assert s.published_tail() == tail
         # another process has it open
         child = subprocess.Popen(
@@ -219,7 +219,7 @@ def test_refusals(tmp_path: Path) -> None:
         try:
             assert child.stdout is not None and child.stdout.readline() == "open\n"
             with pytest.raises(rmqlog.StoreBusyError, match=f"pid {child.pid}"):
-                s.replica_truncate(10)
+                s.replica.replica_truncate(10)
         finally:
             assert child.stdin is not None
             child.stdin.write("\n")
@@ -227,7 +227,7 @@ def test_refusals(tmp_path: Path) -> None:
             assert child.wait(60) == 0
             child.stdout.close()  # type: ignore[union-attr]
         assert s.published_tail() == tail
-        assert s.replica_truncate(10) == 0  # alone again: the first record ends past 10
+        assert s.replica.replica_truncate(10) == 0  # alone again: the first record ends past 10
         assert not (root / "recovering").exists()
 
 
@@ -237,7 +237,7 @@ def test_a_process_opening_meanwhile_waits_for_the_cut(tmp_path: Path) -> None:
     with rmqlog.MessageStore.open(root, _config()) as s:
         _fill(s, 30)
         tail = s.published_tail()
-        owner = s._owner
+        owner = s._assembly.owner
         assert owner is not None
         with owner.alone("a test"):
             assert (root / "recovering").exists()
@@ -268,7 +268,7 @@ import sys, rmqlog
 cfg = rmqlog.StoreConfig(**eval(sys.argv[2]))
 s = rmqlog.MessageStore.open(sys.argv[1], cfg)
 s.start_services()
-s.replica_truncate(int(sys.argv[3]))
+s.replica.replica_truncate(int(sys.argv[3]))
 print("cut", flush=True)
 s.close()
 """
@@ -293,49 +293,49 @@ def test_a_kill_during_a_cut_leaves_a_consistent_store(tmp_path: Path, point: st
         assert s.writer_sequence("w") == (2 if end == tail else 1)
         _continue(s)
         if end < tail:  # the cut can be made again, or finished by hand: nothing left to cut
-            assert s.replica_truncate(off) == off
+            assert s.replica.replica_truncate(off) == off
 
 
 def test_the_replication_checkpoint(tmp_path: Path) -> None:
     root = tmp_path / "s"
     path = root / "config" / "replicationCheckpoint.json"
     with rmqlog.MessageStore.open(root, _config()) as s:
-        assert s.replication_checkpoint() is None
-        s.set_replication_checkpoint(1234)
-        assert s.replication_checkpoint() == 1234
+        assert s.replica.replication_checkpoint() is None
+        s.replica.set_replication_checkpoint(1234)
+        assert s.replica.replication_checkpoint() == 1234
         assert '"slaveAckOffset": 1234' in path.read_text()
-        s.set_replication_checkpoint(99)
-        assert s.replication_checkpoint() == 99
+        s.replica.set_replication_checkpoint(99)
+        assert s.replica.replication_checkpoint() == 99
         path.write_text("{torn")  # unreadable: its .bak (the previous value) is read
-        assert s.replication_checkpoint() == 1234
-        s.set_replication_checkpoint(None)
-        assert s.replication_checkpoint() is None
+        assert s.replica.replication_checkpoint() == 1234
+        s.replica.set_replication_checkpoint(None)
+        assert s.replica.replication_checkpoint() is None
         with pytest.raises(rmqlog.InvalidArgumentError):
-            s.set_replication_checkpoint(-1)
+            s.replica.set_replication_checkpoint(-1)
         path.write_text("{torn")
         path.with_name(path.name + ".bak").write_text('{"slaveAckOffset": "x"}')
         with pytest.raises(rmqlog.CorruptStoreError, match="replicationCheckpoint.json"):
-            s.replication_checkpoint()
+            s.replica.replication_checkpoint()
 
 
 def test_delay_offsets_read_and_set(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root, _config()) as s:
-        assert s.delay_offsets() == {}
-        s.set_delay_offsets({1: 5, 3: 0})
-        assert s.delay_offsets() == {1: 5, 3: 0}
+        assert s.replica.delay_offsets() == {}
+        s.replica.set_delay_offsets({1: 5, 3: 0})
+        assert s.replica.delay_offsets() == {1: 5, 3: 0}
         # RocketMQ's layout: tab-indented, level keys bare
         assert (
             root / "config" / "delayOffset.json"
         ).read_text() == '{\n\t"offsetTable": {\n\t\t1: 5,\n\t\t3: 0\n\t}\n}'
         with pytest.raises(rmqlog.InvalidArgumentError):
-            s.set_delay_offsets({0: 1})
+            s.replica.set_delay_offsets({0: 1})
         with pytest.raises(rmqlog.InvalidArgumentError):
-            s.set_delay_offsets({1: -1})
+            s.replica.set_delay_offsets({1: -1})
         s.start_services()  # the scheduler runs: its progress is its own
         with pytest.raises(rmqlog.StoreBusyError, match="scheduler"):
-            s.set_delay_offsets({1: 6})
-        assert s.delay_offsets() == {1: 5, 3: 0}
+            s.replica.set_delay_offsets({1: 6})
+        assert s.replica.delay_offsets() == {1: 5, 3: 0}
 
 
 def test_a_cut_store_rebuilds_its_timer_index(tmp_path: Path) -> None:
@@ -352,7 +352,7 @@ def test_a_cut_store_rebuilds_its_timer_index(tmp_path: Path) -> None:
         assert s.deliver_due() == 3
         s.dispatch()
         assert sum(s.max_offset("T", q) for q in range(4)) == 3
-        assert s.replica_truncate(cut_at) == cut_at
+        assert s.replica.replica_truncate(cut_at) == cut_at
         assert sum(s.max_offset("T", q) for q in range(4)) == 0
         assert s.deliver_due() == 3
         assert s.deliver_due() == 0

@@ -1,7 +1,7 @@
 """What the store gives the broker's retries (RocketMQ's retry and dead-letter topics): delay-level
 deliveries that keep RECONSUMETIMES and the client's SYSFLAG bits, as RocketMQ's
 ``ScheduleMessageService.messageTimeup`` does; the records at commitlog offsets in a wire
-put's columns (``MessageStore.wire_records``); reserved names still refused from users."""
+put's columns (``MessageStore.wire.wire_records``); reserved names still refused from users."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _delivered(store: rmqlog.MessageStore, topic: str) -> list[dict]:
 def test_a_delay_level_delivery_keeps_reconsume_times(store: rmqlog.MessageStore) -> None:
     """RocketMQ's messageTimeup: ``msgInner.setReconsumeTimes(msgExt.getReconsumeTimes())``."""
     store.create_topic("%RETRY%G", 1)
-    store.put_wire(
+    store.wire.put_wire(
         pa.table(
             {
                 "topic": ["%RETRY%G", "%RETRY%G"],
@@ -54,7 +54,7 @@ def test_a_delay_level_delivery_keeps_the_client_sysflag_bits(store: rmqlog.Mess
     import zlib
 
     body = zlib.compress(b"x" * 5000)
-    store.put_wire(
+    store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T"],
@@ -69,7 +69,7 @@ def test_a_delay_level_delivery_keeps_the_client_sysflag_bits(store: rmqlog.Mess
     assert store.deliver_due(FAR) == 1
     store.dispatch()
     [row] = store.read_queue("T", 0, 0, 1).to_pylist()
-    raw = store.record_at(row["commitLogOffset"])
+    raw = store.wire.record_at(row["commitLogOffset"])
     assert raw is not None
     kind, rec = decode_record(bytes(raw.array[0].as_py()))
     assert kind == "record" and not isinstance(rec, int | None)
@@ -77,7 +77,7 @@ def test_a_delay_level_delivery_keeps_the_client_sysflag_bits(store: rmqlog.Mess
 
 
 def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) -> None:
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T", "T"],
@@ -94,7 +94,7 @@ def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) ->
         dispatch=True,
     )
     offsets = res.column("commitLogOffset").to_numpy()
-    table, found = store.wire_records(np.array([offsets[1], 12345, offsets[0]]))
+    table, found = store.wire.wire_records(np.array([offsets[1], 12345, offsets[0]]))
     assert found.tolist() == [0, 2]  # 12345 starts no record
     rows = table.to_pylist()
     assert [r["topic"] for r in rows] == ["T", "T"]
@@ -105,7 +105,7 @@ def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) ->
     assert [r["msgId"] for r in rows] == [res.column("msgId")[1].as_py(), res.column("msgId")[0].as_py()]
     assert [r["commitLogOffset"] for r in rows] == [int(offsets[1]), int(offsets[0])]
     # and back in: the same columns are a wire put
-    again = store.put_wire(
+    again = store.wire.put_wire(
         table.select(
             ["topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes"]
         ),
@@ -115,10 +115,10 @@ def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) ->
 
 
 def test_wire_records_of_nothing_and_of_offsets_past_the_end(store: rmqlog.MessageStore) -> None:
-    table, found = store.wire_records(np.array([], np.int64))
+    table, found = store.wire.wire_records(np.array([], np.int64))
     assert table.num_rows == 0 and len(found) == 0
-    store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
-    table, found = store.wire_records(np.array([-1, 1 << 40, 1]))
+    store.wire.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
+    table, found = store.wire.wire_records(np.array([-1, 1 << 40, 1]))
     assert table.num_rows == 0 and len(found) == 0
 
 
@@ -135,7 +135,7 @@ def test_wire_records_of_nothing_and_of_offsets_past_the_end(store: rmqlog.Messa
 )
 def test_wire_records_refuses_offsets_that_are_not_longs(store: rmqlog.MessageStore, offsets: object) -> None:
     with pytest.raises(rmqlog.InvalidArgumentError, match="offsets must be a 1-D array of integers"):
-        store.wire_records(offsets)  # type: ignore[arg-type]
+        store.wire.wire_records(offsets)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -149,8 +149,8 @@ def test_wire_records_refuses_offsets_that_are_not_longs(store: rmqlog.MessageSt
     ],
 )
 def test_send_back_table_refuses_levels_that_are_not_one_long_a_row(store: rmqlog.MessageStore, level: object) -> None:
-    res = store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
-    records, _ = store.wire_records(res.column("commitLogOffset").to_numpy())
+    res = store.wire.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
+    records, _ = store.wire.wire_records(res.column("commitLogOffset").to_numpy())
     with pytest.raises(rmqlog.InvalidArgumentError, match="delay_level must be"):
         rmqlog.send_back_table(records, pa.array(["%RETRY%G"]), np.array([0]), level)  # type: ignore[arg-type]
 
@@ -169,7 +169,7 @@ def test_send_back_table_rewrites_the_retry_properties(
 
     if not native:
         monkeypatch.setattr(send_back, "_native_copy", None)
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T", "%RETRY%G"],
@@ -184,7 +184,7 @@ def test_send_back_table_rewrites_the_retry_properties(
         ),
         dispatch=True,
     )
-    records, found = store.wire_records(res.column("commitLogOffset").to_numpy())
+    records, found = store.wire.wire_records(res.column("commitLogOffset").to_numpy())
     assert found.tolist() == [0, 1]
     out = send_back.send_back_table(records, pa.array(["%RETRY%G", "%DLQ%G"]), np.array([0, 0]), np.array([3, 0]))
     rows = out.to_pylist()
@@ -199,7 +199,7 @@ def test_send_back_table_rewrites_the_retry_properties(
     assert props1["RETRY_TOPIC"] == "T" and props1["ORIGIN_MESSAGE_ID"] == "ORIG" and "DELAY" not in props1
     assert rows[1]["properties"].count("RETRY_TOPIC") == 1
     # the broker's own path: put_wire takes them (a user's put refuses them)
-    again = store.put_wire(out, dispatch=True)
+    again = store.wire.put_wire(out, dispatch=True)
     store.dispatch()
     assert again.num_rows == 2 and store.max_offset("%DLQ%G", 0) == 1
     assert store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1  # level 3 waits in queue 2
@@ -208,10 +208,10 @@ def test_send_back_table_rewrites_the_retry_properties(
     assert (back["body"], back["reconsumeTimes"]) == (b"first", 1)
     assert dict(back["properties"])["ORIGIN_MESSAGE_ID"] == first_msg_id
     # a delivered copy carries REAL_TOPIC/REAL_QID: sent back again, they are dropped and set anew
-    records2, _ = store.wire_records(np.array([back["commitLogOffset"]]))
+    records2, _ = store.wire.wire_records(np.array([back["commitLogOffset"]]))
     out2 = send_back.send_back_table(records2, pa.array(["%RETRY%G"]), np.array([0]), np.array([4]))
     assert "REAL_TOPIC" not in out2.column("properties")[0].as_py()
-    store.put_wire(out2, dispatch=True)
+    store.wire.put_wire(out2, dispatch=True)
     assert store.deliver_due(FAR) == 1
     last = _delivered(store, "%RETRY%G")[-1]
     assert (last["body"], last["reconsumeTimes"]) == (b"first", 2)
@@ -222,7 +222,7 @@ def test_put_wire_takes_a_delay_level_column(store: rmqlog.MessageStore) -> None
     """The broker's send-back gives the level as a column (the properties then keep the fast
     path); it routes as a DELAY property does, null or 0 is no delay, and the two must agree."""
     store.create_topic("R", 1)
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["R", "R", "R"],
@@ -244,7 +244,7 @@ def test_put_wire_takes_a_delay_level_column(store: rmqlog.MessageStore) -> None
     assert store.deliver_due(FAR) == 2
     assert sorted((m["body"], m["reconsumeTimes"]) for m in _delivered(store, "R")) == [(b"a", 1), (b"b", 0), (b"c", 0)]
     with pytest.raises(rmqlog.InvalidMessageError, match="disagree"):
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {
                     "topic": ["R"],
@@ -257,12 +257,12 @@ def test_put_wire_takes_a_delay_level_column(store: rmqlog.MessageStore) -> None
 
 
 def test_wire_records_of_an_ipv6_born_host_put_back(store: rmqlog.MessageStore) -> None:
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table({"topic": ["T"], "queueId": [0], "body": [b"v6"], "bornHost": ["[::1]:9876"]}), dispatch=True
     )
-    table, found = store.wire_records(res.column("commitLogOffset").to_numpy())
+    table, found = store.wire.wire_records(res.column("commitLogOffset").to_numpy())
     assert found.tolist() == [0] and len(table.column("bornHost")[0].as_py()) == 20
-    again = store.put_wire(table.drop_columns(["commitLogOffset", "msgId", "queueOffset"]), dispatch=True)
+    again = store.wire.put_wire(table.drop_columns(["commitLogOffset", "msgId", "queueOffset"]), dispatch=True)
     store.dispatch()
     first, copy = store.read_queue("T", 0, 0, 2).to_pylist()
     assert again.num_rows == 1 and copy["bornHost"] == first["bornHost"] and copy["body"] == b"v6"

@@ -91,7 +91,7 @@ def fill(s: rmqlog.MessageStore, seed: int) -> None:
         )
         if rng.random() < 0.3:
             host = rng.choice(["[::1]:9", "10.1.2.3:4000"])
-            s.put_messages(
+            s.wire.put_messages(
                 [
                     WireMessage("T", rng.randrange(QUEUES), os.urandom(rng.randint(0, 300)), born_host=host)
                     for _ in range(rng.randint(1, 4))

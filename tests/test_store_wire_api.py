@@ -53,7 +53,7 @@ def test_put_wire_stores_the_client_fields_as_sent(store):
             "reconsumeTimes": pa.array([3, 0], pa.int32()),
         }
     )
-    res = store.put_wire(t, dispatch=True, cluster="C1")
+    res = store.wire.put_wire(t, dispatch=True, cluster="C1")
     assert res.schema == rmqlog.PUT_RESULT_SCHEMA and res.column("queueOffset").to_pylist() == [0, 1]
     raw = store.read_window("T", 1, 0, raw=True).records
     kind, rec = decode_record(bytes(raw.data), 0)
@@ -85,7 +85,7 @@ def test_put_wire_stores_the_client_fields_as_sent(store):
 
 def test_put_wire_routes_delay_and_timer_properties_like_put(store):
     clock = store.clock
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T", "T"],
@@ -140,18 +140,18 @@ def test_put_wire_refuses_naming_row_and_field(store, over, field, words):
         promote_options="default",
     )
     with pytest.raises(rmqlog.InvalidMessageError) as info:
-        store.put_wire(table)
+        store.wire.put_wire(table)
     assert info.value.row == 1 and info.value.field == field and words in str(info.value)
     assert store.published_tail() == before  # all or nothing
 
 
 def test_put_wire_refuses_mixed_host_forms_and_unknown_columns(store):
     with pytest.raises(rmqlog.InvalidMessageError, match="mixes IPv4 and IPv6"):
-        store.put_wire(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "bornHost": ["1.2.3.4:5", "[::1]:5"]}))
+        store.wire.put_wire(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "bornHost": ["1.2.3.4:5", "[::1]:5"]}))
     with pytest.raises(rmqlog.InvalidMessageError, match="unknown column"):
-        store.put_wire(pa.table({"topic": ["T"], "body": [b"a"], "tags": ["x"]}))
+        store.wire.put_wire(pa.table({"topic": ["T"], "body": [b"a"], "tags": ["x"]}))
     with pytest.raises(rmqlog.InvalidArgumentError):
-        store.put_wire(wire_row(), cluster="a\x02b")
+        store.wire.put_wire(wire_row(), cluster="a\x02b")
 
 
 def _not_utf8(values: list[bytes]) -> pa.Array:
@@ -173,13 +173,13 @@ def test_put_wire_refuses_text_that_is_not_utf8_typed(store, column, values, err
     table = {"topic": ["T", "T"], "body": [b"a", b"b"]}
     table[column] = _not_utf8(values)
     with pytest.raises(error, match="UTF-8") as info:
-        store.put_wire(pa.table(table))
+        store.wire.put_wire(pa.table(table))
     assert info.value.field == column and info.value.row == (0 if values[0] == values[1] else 1)
     assert store.published_tail() == before
 
 
 def test_put_wire_ipv6_born_host_round_trips(store):
-    store.put_wire(wire_row(bornHost=["[::1]:9876"]), dispatch=True)
+    store.wire.put_wire(wire_row(bornHost=["[::1]:9876"]), dispatch=True)
     kind, rec = decode_record(bytes(store.read_window("T", 0, 0, raw=True).records.data), 0)
     assert rec.born_host == "[::1]:9876" and rec.sys_flag & 16
 
@@ -246,7 +246,7 @@ def test_batch_then_put_wire_is_one_append(store):
     rows = rmqlog.decode_message_batch(BATCH)
     n = rows.num_rows
     table = rows.append_column("topic", pa.array(["T"] * n)).append_column("queueId", pa.array([0] * n))
-    res = store.put_wire(table, dispatch=True)
+    res = store.wire.put_wire(table, dispatch=True)
     assert res.column("queueOffset").to_pylist() == [0, 1, 2]
     got = rmqlog.decode_records(store.read_window("T", 0, 0, raw=True).records.data)
     assert got.column("body").to_pylist() == rows.column("body").to_pylist()
@@ -268,12 +268,12 @@ def test_arrival_signal_after_units_are_readable(store):
             )
         )
 
-    unsubscribe = store.on_arrival(listener)
+    unsubscribe = store.wire.on_arrival(listener)
     store.put_batch(pa.table({"topic": ["A", "A", "B"], "body": [b"1", b"2", b"3"], "queueId": [0, 0, 3]}))
     store.dispatch()
     assert sorted(zip(seen[0][0], seen[0][1], seen[0][2], strict=True)) == [("A", 0, 2), ("B", 3, 1)]
     assert seen[0][2] == seen[0][3]
-    store.put_wire(wire_row(topic=["A"]), dispatch=True)
+    store.wire.put_wire(wire_row(topic=["A"]), dispatch=True)
     assert seen[-1][:3] == (["A"], [0], [3])
     unsubscribe()
     unsubscribe()  # idempotent
@@ -284,20 +284,20 @@ def test_arrival_signal_after_units_are_readable(store):
 
 def test_arrival_listener_failure_never_breaks_dispatch(store, caplog):
     calls = []
-    store.on_arrival(lambda *a: 1 / 0)
-    store.on_arrival(lambda *a: calls.append(a))
+    store.wire.on_arrival(lambda *a: 1 / 0)
+    store.wire.on_arrival(lambda *a: calls.append(a))
     store.put_batch(pa.table({"topic": ["A"], "body": [b"1"], "queueId": [0]}))
     assert store.dispatch() == 1 and store.max_offset("A", 0) == 1 and len(calls) == 1
     assert "arrival listener failed" in caplog.text
     with pytest.raises(rmqlog.InvalidArgumentError):
-        store.on_arrival(None)  # type: ignore[arg-type]
+        store.wire.on_arrival(None)  # type: ignore[arg-type]
 
 
 def test_arrival_of_units_another_store_dispatched(tmp_path):
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as mine, rmqlog.MessageStore.open(root) as other:
         seen = []
-        mine.on_arrival(lambda t, q, m: seen.append((t, q.tolist(), m.tolist())))
+        mine.wire.on_arrival(lambda t, q, m: seen.append((t, q.tolist(), m.tolist())))
         other.put_batch(pa.table({"topic": ["A", "A"], "body": [b"1", b"2"], "queueId": [1, 1]}), dispatch=True)
         assert seen == []  # the other opener dispatched it: nothing of this one's ran yet
         assert mine.dispatch() == 0  # nothing left to dispatch, yet the arrival is told
@@ -308,7 +308,7 @@ def test_arrival_of_units_another_store_dispatched(tmp_path):
 
 # -------------------------------------------------------------- raw reads
 def test_record_at_and_raw_queries_are_byte_exact(store):
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T", "T"],
@@ -320,9 +320,9 @@ def test_record_at_and_raw_queries_are_byte_exact(store):
         dispatch=True,
     )
     window = store.read_window("T", 0, 0, raw=True).records
-    first = store.record_at(res.column("commitLogOffset")[0].as_py())
+    first = store.wire.record_at(res.column("commitLogOffset")[0].as_py())
     assert bytes(first.data) == bytes(window.data)[: int(window.sizes[0])]
-    assert store.record_at(1) is None and store.record_at(10**9) is None
+    assert store.wire.record_at(1) is None and store.wire.record_at(10**9) is None
     by_key = store.query_by_key("T", "k", raw=True)
     assert (
         bytes(by_key.data) == bytes(window.data)
@@ -330,19 +330,19 @@ def test_record_at_and_raw_queries_are_byte_exact(store):
     )
     assert bytes(store.query_by_unique_key("T", UNIQ, raw=True).data) == bytes(first.data)
     assert len(store.query_by_key("T", "none", raw=True)) == 0
-    ts, phy = store.index_last_update()
+    ts, phy = store.wire.index_last_update()
     # RocketMQ's index header: the newest indexed message's commitlog offset and store time
     assert phy == res.column("commitLogOffset")[1].as_py()
     assert ts == store.read_queue("T", 0, 1, 2).column("storeTimestamp").cast(pa.int64())[0].as_py() // 1000
     assert (
-        store.earliest_store_time("T", 0)
+        store.wire.earliest_store_time("T", 0)
         == store.read_queue("T", 0, 0, 1).column("storeTimestamp").cast(pa.int64())[0].as_py() // 1000
     )
-    assert store.earliest_store_time("T", 3) == -1
+    assert store.wire.earliest_store_time("T", 3) == -1
 
 
 def test_record_at_damaged_record_is_typed(store):
-    res = store.put_wire(wire_row(body=[b"abcdef"]), dispatch=True)
+    res = store.wire.put_wire(wire_row(body=[b"abcdef"]), dispatch=True)
     offset = res.column("commitLogOffset")[0].as_py()
     seg = store.commitlog.segments.for_offset(offset)
     body_at = offset + 88 + 4 - seg.start - 4  # BODY after the 88-byte v4 header and BODYLENGTH
@@ -350,7 +350,7 @@ def test_record_at_damaged_record_is_typed(store):
         f.seek(body_at + 4)
         f.write(b"X")
     with pytest.raises(rmqlog.CorruptRecordError):
-        store.record_at(offset)
+        store.wire.record_at(offset)
 
 
 def test_record_head_is_where_a_listed_record_belongs(store):
@@ -358,28 +358,32 @@ def test_record_head_is_where_a_listed_record_belongs(store):
     where no queue lists a record: not dispatched yet, inside a record, or a record forged
     inside a message body (valid lengths, PHYSICALOFFSET where it lies), whose claims are
     never taken."""
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table({"topic": ["T"], "queueId": [2], "body": [b"a"], "properties": ["KEYS\x01k\x02P\x01R\x02"]}),
         dispatch=True,
     )
     offset = res.column("commitLogOffset")[0].as_py()
-    head = store.record_head(offset)
+    head = store.wire.record_head(offset)
     assert (head.topic, head.queue_id, head.queue_offset) == ("T", 2, 0)
     assert head.properties["KEYS"] == "k" and head.properties["P"] == "R"
-    assert store.record_head(offset + 1) is None and store.record_head(-1) is None and store.record_head(10**9) is None
-    pending = store.put_wire(wire_row(), dispatch=False).column("commitLogOffset")[0].as_py()
-    assert store.record_at(pending) is not None and store.record_head(pending) is None  # no unit yet
+    assert (
+        store.wire.record_head(offset + 1) is None
+        and store.wire.record_head(-1) is None
+        and store.wire.record_head(10**9) is None
+    )
+    pending = store.wire.put_wire(wire_row(), dispatch=False).column("commitLogOffset")[0].as_py()
+    assert store.wire.record_at(pending) is not None and store.wire.record_head(pending) is None  # no unit yet
     store.dispatch()
-    assert store.record_head(pending).topic == "T"
+    assert store.wire.record_head(pending).topic == "T"
     # a record forged inside a body: the bytes of a real one, its PHYSICALOFFSET where it will lie
-    forged = bytearray(bytes(store.record_at(offset).data))
+    forged = bytearray(bytes(store.wire.record_at(offset).data))
     where = store.published_tail() + 88  # the body of the next record, after its 88-byte v4 header
     forged[28:36] = where.to_bytes(8, "big")
-    store.put_wire(wire_row(topic=["U"], body=[bytes(forged)]), dispatch=True)
-    assert bytes(store.record_at(where).data) == bytes(forged)  # the store reads a record there...
-    assert store.record_head(where) is None  # ...that no queue lists
+    store.wire.put_wire(wire_row(topic=["U"], body=[bytes(forged)]), dispatch=True)
+    assert bytes(store.wire.record_at(where).data) == bytes(forged)  # the store reads a record there...
+    assert store.wire.record_head(where) is None  # ...that no queue lists
     with pytest.raises(rmqlog.InvalidArgumentError):
-        store.record_head("x")
+        store.wire.record_head("x")
 
 
 # --------------------------------------------------------- records decoder

@@ -48,15 +48,15 @@ def halves(n: int) -> pa.Table:
 
 def test_transaction_topics_and_real_topic_only_in_a_system_put(store: rmqlog.MessageStore) -> None:
     with pytest.raises(rmqlog.InvalidMessageError, match="REAL_TOPIC"):
-        store.put_wire(halves(1))
+        store.wire.put_wire(halves(1))
     with pytest.raises(rmqlog.InvalidMessageError, match="RMQ_SYS_TRANS_HALF_TOPIC"):
-        store.put_wire(pa.table({"topic": [HALF], "body": [b"x"]}))
+        store.wire.put_wire(pa.table({"topic": [HALF], "body": [b"x"]}))
     plain = pa.table({"topic": ["T1"], "body": [b"x"], "properties": ["REAL_TOPIC\x01T9\x02"]})
     with pytest.raises(rmqlog.InvalidMessageError, match="REAL_TOPIC"):
-        store.put_wire(plain)
+        store.wire.put_wire(plain)
     with pytest.raises(rmqlog.InvalidMessageError, match="SCHEDULE_TOPIC_XXXX"):
-        store.put_wire(pa.table({"topic": ["SCHEDULE_TOPIC_XXXX"], "body": [b"x"]}), system=True)
-    res = store.put_wire(halves(3), system=True)
+        store.wire.put_wire(pa.table({"topic": ["SCHEDULE_TOPIC_XXXX"], "body": [b"x"]}), system=True)
+    res = store.wire.put_wire(halves(3), system=True)
     assert res.num_rows == 3
     store.dispatch()
     got = store.read_queue(HALF, 0, 0, 3)
@@ -77,12 +77,12 @@ def test_transaction_topics_and_real_topic_only_in_a_system_put(store: rmqlog.Me
 
 
 def test_stored_rows_checks_each_offset_against_its_queue(store: rmqlog.MessageStore) -> None:
-    res = store.put_wire(halves(5), system=True)
+    res = store.wire.put_wire(halves(5), system=True)
     offsets = np.asarray(res.column("commitLogOffset"))
     qoffs = np.asarray(res.column("queueOffset"))
     ask = np.array([offsets[3], offsets[0] + 1, offsets[1], offsets[2], 1 << 40, offsets[4]])
     at = np.array([qoffs[3], 0, qoffs[1] + 1, qoffs[2], 0, qoffs[4]])
-    rows, found = store.stored_rows(
+    rows, found = store.wire.stored_rows(
         ask, at, topic=HALF, queue_id=0, drop=("REAL_TOPIC", "REAL_QID"), find=("UNIQ_KEY", "REAL_QID", "NONE")
     )
     assert found.tolist() == [True, False, False, True, False, True]
@@ -93,13 +93,13 @@ def test_stored_rows_checks_each_offset_against_its_queue(store: rmqlog.MessageS
     assert rows.column("commitLogOffset").to_pylist() == [offsets[3], offsets[2], offsets[4]]
     assert all("REAL_" not in p for p in rows.column("properties").to_pylist())
     # a wrong topic finds nothing
-    _, none = store.stored_rows(offsets, qoffs, topic="T1", queue_id=0)
+    _, none = store.wire.stored_rows(offsets, qoffs, topic="T1", queue_id=0)
     assert not none.any()
 
 
 def test_stored_rows_put_again_keep_what_was_sent(store: rmqlog.MessageStore) -> None:
-    res = store.put_wire(halves(2), system=True)
-    rows, _ = store.stored_rows(
+    res = store.wire.put_wire(halves(2), system=True)
+    rows, _ = store.wire.stored_rows(
         np.asarray(res.column("commitLogOffset")),
         np.asarray(res.column("queueOffset")),
         topic=HALF,
@@ -108,7 +108,7 @@ def test_stored_rows_put_again_keep_what_was_sent(store: rmqlog.MessageStore) ->
     )
     again = rows.select(["body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes"])
     again = again.append_column("topic", pa.array(["T1", "T1"])).append_column("queueId", pa.array([1, 2], pa.int32()))
-    store.put_wire(again)
+    store.wire.put_wire(again)
     store.dispatch()
     (a,) = store.read_queue("T1", 1, 0, 1).to_pylist()
     assert (a["body"], a["flag"], a["bornHost"], dict(a["properties"])["UNIQ_KEY"]) == (b"b0", 0, "10.0.0.9:4321", "U0")
@@ -117,6 +117,8 @@ def test_stored_rows_put_again_keep_what_was_sent(store: rmqlog.MessageStore) ->
 
 def test_stored_rows_refuses_mismatched_lengths(store: rmqlog.MessageStore) -> None:
     with pytest.raises(rmqlog.InvalidArgumentError):
-        store.stored_rows(np.array([0, 1]), np.array([0]), topic=HALF, queue_id=0)
-    rows, found = store.stored_rows(np.array([], np.int64), np.array([], np.int64), topic=HALF, queue_id=0, find=("X",))
+        store.wire.stored_rows(np.array([0, 1]), np.array([0]), topic=HALF, queue_id=0)
+    rows, found = store.wire.stored_rows(
+        np.array([], np.int64), np.array([], np.int64), topic=HALF, queue_id=0, find=("X",)
+    )
     assert rows.num_rows == 0 and "X" in rows.column_names and len(found) == 0

@@ -53,12 +53,12 @@ class Pair:
     @staticmethod
     def _outcome(store: rmqlog.MessageStore, table: pa.Table, kw: dict[str, Any]) -> object:
         try:
-            res = store.put_wire(table, dispatch=True, **kw)
+            res = store.wire.put_wire(table, dispatch=True, **kw)
         except rmqlog.InvalidMessageError as exc:
             return (type(exc).__name__, exc.row, exc.field, str(exc))
         records = []
         for off in res.column("commitLogOffset").to_pylist():
-            at = store.record_at(off)
+            at = store.wire.record_at(off)
             assert at is not None
             records.append(bytes(at.data))
         return records
@@ -372,7 +372,7 @@ def test_integer_columns_are_refused_as_before(tmp_path: Path, case: str) -> Non
     table, wire_error, batch_error = INT_CASES[case]
     with rmqlog.MessageStore.open(tmp_path / "s", clock=rmqlog.ManualClock(T0)) as s:
         s.create_topic("T", 4)
-        for put, expected in ((s.put_wire, wire_error), (s.put_batch, batch_error)):
+        for put, expected in ((s.wire.put_wire, wire_error), (s.put_batch, batch_error)):
             if expected is None:
                 continue
             with pytest.raises(rmqlog.InvalidMessageError) as info:
@@ -401,7 +401,7 @@ def test_integer_columns_of_every_width_store_the_same_values(tmp_path: Path) ->
                     bornTimestamp=pa.array([5, 6], typ, mask=mask),
                     bornHost=pa.array(["10.0.0.9:7", "10.0.0.9:7"]),
                 )
-                res = s.put_wire(t, dispatch=True)
+                res = s.wire.put_wire(t, dispatch=True)
                 got = s.read_window("T", 2, int(res.column("queueOffset")[1].as_py())).messages.to_pylist()[0]
                 assert (got["flag"], got["bornHost"], got["reconsumeTimes"]) == (8, "10.0.0.9:7", 4)
                 assert int(got["bornTimestamp"].timestamp() * 1000) == 6
@@ -440,12 +440,12 @@ def test_sys_flags_are_kept_or_refused_as_before(tmp_path: Path, value: int) -> 
         t = _two(sysFlag=pa.array([1, value], pa.int32()), queueId=pa.array([0, 0], pa.int32()))
         expected = SYS_FLAGS[value]
         if expected is None:
-            s.put_wire(t, dispatch=True)
+            s.wire.put_wire(t, dispatch=True)
             got = [m["sysFlag"] for m in s.read_window("T", 0, 0).messages.to_pylist()]
             assert got == [1, value]
         else:
             with pytest.raises(rmqlog.InvalidMessageError) as info:
-                s.put_wire(t)
+                s.wire.put_wire(t)
             assert (info.value.row, info.value.field, info.value.reason) == (1, "sysFlag", expected)
 
 

@@ -3,7 +3,7 @@
 END_TRANSACTION (37) name an offset, not a topic, so the topic is read from the record there
 before the request runs.
 
-:func:`record_at` reads the record's head (``MessageStore.record_head``: one record decoded
+:func:`record_at` reads the record's head (``MessageStore.wire.record_head``: one record decoded
 by the scalar codec, not a table: ~0.2 ms of CPU on this VM) and takes it only when its queue lists it at that
 offset (its consume-queue unit, as VIEW_MESSAGE_BY_ID's handler checks): bytes inside a message
 body made to look like a record are no queue's unit, so their forged topic is never the one
@@ -38,10 +38,10 @@ class RecordUnreadable(Exception):
 
 def record_at(store: rmqlog.MessageStore, offset: int) -> RecordHead:
     """The record starting at commitlog ``offset`` and listed there by its queue
-    (``MessageStore.record_head``). Raises :class:`RecordUnreadable` when none does (negative,
+    (``MessageStore.wire.record_head``). Raises :class:`RecordUnreadable` when none does (negative,
     deleted, not yet dispatched, inside a record, damaged) or the store cannot read it."""
     try:
-        head = store.record_head(offset) if offset >= 0 else None
+        head = store.wire.record_head(offset) if offset >= 0 else None
     except rmqlog.StoreError as exc:
         raise RecordUnreadable(
             f"the message at the offset {offset} cannot be read: {type(exc).__name__}: {exc}"
@@ -54,11 +54,11 @@ def record_at(store: rmqlog.MessageStore, offset: int) -> RecordHead:
 def half_at(store: rmqlog.MessageStore, offset: int, queue_offset: int) -> RecordHead:
     """The half message END_TRANSACTION ends: the record at commitlog ``offset`` that is
     queue 0 of the half topic at ``queue_offset``, read as the transaction's handler reads it
-    (``MessageStore.stored_rows``: the record's own topic, queue and queue offset checked, so a
+    (``MessageStore.wire.stored_rows``: the record's own topic, queue and queue offset checked, so a
     half answered before the dispatcher listed it is found). Its properties hold ``PGROUP`` and
     ``REAL_TOPIC`` only. Raises :class:`RecordUnreadable` when there is none."""
     try:
-        table, found = store.stored_rows(
+        table, found = store.wire.stored_rows(
             np.array([offset], np.int64),
             np.array([queue_offset], np.int64),
             topic=HALF_TOPIC,

@@ -141,7 +141,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "bootTimestamp": str(broker.started_ms),
     }
     info.update(broker.rates.runtime_keys())
-    info["dispatchBehindBytes"] = str(max(0, store.published_tail() - store.dispatched_offset()))
+    info["dispatchBehindBytes"] = str(max(0, store.published_tail() - store.wire.dispatched_offset()))
     info["brokerRole"] = config.broker_role
     usage = shutil.disk_usage(store.paths.root)
     ratio = (usage.total - usage.free) / usage.total if usage.total else -1.0
@@ -176,7 +176,7 @@ def encode_delay_offsets(offsets: dict[int, int]) -> bytes:
 def get_all_delay_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """45: the scheduler's progress per delay level (see the module docstring)."""
     try:
-        offsets = broker.store.delay_offsets()
+        offsets = broker.store.replica.delay_offsets()
     except StoreError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS, None, None, encode_delay_offsets(offsets))

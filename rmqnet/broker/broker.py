@@ -121,7 +121,7 @@ class Broker:
         self.consumers = ClientRegistry()
         #: held pulls (long polling), woken by the store's arrival signal (after the topics')
         self.holds = PullHoldService(pull.rerun_held)
-        store.on_arrival(self.holds.notify_arrivals)
+        store.wire.on_arrival(self.holds.notify_arrivals)
         # at a stop the held pulls are answered before the server waits for requests in flight
         # (else each holds the stop for the whole grace period and its client sees the connection drop)
         self.stop_listeners.append(self.holds.close)
@@ -137,7 +137,7 @@ class Broker:
         #: held pops (long polling of 200050), woken by the store's arrival signal and by
         #: orderly acks that free a queue
         self.pop_holds = PopHoldService(pop_remoting.rerun_held, lambda: self.pop.synced())
-        store.on_arrival(self.pop_holds.notify_arrivals)
+        store.wire.on_arrival(self.pop_holds.notify_arrivals)
         self.stop_listeners.append(self.pop_holds.close)
         #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and
         #: change): checkpoints in the store's POP log, loaded now; its rounds revive

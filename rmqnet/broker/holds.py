@@ -166,7 +166,7 @@ class PullHoldService:
 
     def notify_arrivals(self, topics: Iterable[str], queue_ids: Iterable[int], max_offsets: Iterable[int]) -> None:
         """The dispatcher's signal for one pass, one entry per queue that grew (any thread;
-        the shape of ``MessageStore.on_arrival``'s callback). Costs nothing while no pull is
+        the shape of ``MessageStore.wire.on_arrival``'s callback). Costs nothing while no pull is
         held; otherwise one hand-over to the loop and a dict lookup per queue reported."""
         if not self._by_queue:
             return

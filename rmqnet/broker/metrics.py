@@ -185,7 +185,7 @@ class BrokerMetrics:
             usage.total - usage.free,
             tail,
             max(0, tail - store.flushed_offset()),
-            max(0, tail - store.dispatched_offset()),
+            max(0, tail - store.wire.dispatched_offset()),
         )
         self._store = (now, figures)
         return figures

@@ -125,4 +125,4 @@ def get_min_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> Remoting
 
 @_store_failures
 def get_earliest_msg_storetime(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    return req.reply(ResponseCode.SUCCESS, None, {"timestamp": broker.store.earliest_store_time(*_queue(req))})
+    return req.reply(ResponseCode.SUCCESS, None, {"timestamp": broker.store.wire.earliest_store_time(*_queue(req))})

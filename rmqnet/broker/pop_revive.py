@@ -87,7 +87,7 @@ class PopRevive:
         and skipped. ``sequence``: the put is idempotent under :data:`REVIVE_WRITER` (a
         sequence the store already has: nothing stored). Raises the store's errors (nothing is
         stored then)."""
-        records, found = self.store.wire_records(offsets)
+        records, found = self.store.wire.wire_records(offsets)
         if len(found) < len(offsets):
             log.warning(
                 "POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found), len(offsets)
@@ -115,9 +115,9 @@ class PopRevive:
         n = len(topics)
         table = send_back_table(records, pa.array(topics, pa.string()), np.zeros(n, np.int32), np.zeros(n, np.int64))
         if sequence is None:
-            self.store.put_wire(table, wait_flush=False)
+            self.store.wire.put_wire(table, wait_flush=False)
         else:
-            self.store.put_wire(table, wait_flush=False, writer=REVIVE_WRITER, sequence=sequence)
+            self.store.wire.put_wire(table, wait_flush=False, writer=REVIVE_WRITER, sequence=sequence)
         self.broker.replication.appended()
         deaths = int(dead.sum())
         self.dead += deaths

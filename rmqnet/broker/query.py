@@ -10,14 +10,14 @@ buffers, unjoined), oldest first; extFields ``indexLastUpdateTimestamp`` and
 maybe time range not correct"; also when the store keeps no index, saying so).
 
 VIEW_MESSAGE_BY_ID: extField ``offset``, the commitlog offset (decoded by the client from an
-offset msgId); the body is that one record, byte-exact (``MessageStore.record_at``). No record
+offset msgId); the body is that one record, byte-exact (``MessageStore.wire.record_at``). No record
 starts there (deleted, not yet published, inside another record): ``SYSTEM_ERROR`` "can not
 find message by the offset, N", as Java. An offset from the network never returns bytes that
 are not one whole record starting there, listed by its queue's unit (a body made to look like
 a record is no queue's unit).
 
 ``indexLastUpdateTimestamp`` / ``indexLastUpdatePhyoffset``: the newest index file's end store
-time and end commitlog offset (``MessageStore.index_last_update``), as Java's.
+time and end commitlog offset (``MessageStore.wire.index_last_update``), as Java's.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def query_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingC
             found = _first(found, DEFAULT_QUERY_MAX_NUM)
         else:
             found = store.query_by_key(topic, key, max_num, begin, end, raw=True)
-        last_ms, last_offset = store.index_last_update()
+        last_ms, last_offset = store.wire.index_last_update()
     except rmqlog.IndexDisabledError:
         return req.reply(
             ResponseCode.QUERY_NOT_FOUND,
@@ -79,7 +79,7 @@ def view_message_by_id(broker: Broker, peer: Peer, req: RemotingCommand) -> Remo
     store: rmqlog.MessageStore = broker.store
     not_found = req.reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     try:
-        found = store.record_at(offset) if offset >= 0 else None
+        found = store.wire.record_at(offset) if offset >= 0 else None
         if found is None or not len(found) or not _indexed_at(store, found, offset):
             return not_found
     except (rmqlog.CorruptRecordError, rmqlog.InvalidArgumentError):

@@ -398,7 +398,7 @@ class SendService:
         dispatched, self._undispatched = self._undispatched, []
         for rows in dispatched:  # ... then the puts' units and index entries, which wake held pulls
             try:
-                self.store.dispatch_put(rows)
+                self.store.wire.dispatch_put(rows)
             except Exception:  # noqa: BLE001 - the put is stored and answered: the dispatcher takes it
                 log.exception("dispatching a put failed; the store's dispatcher takes it")
         if dispatched:
@@ -410,8 +410,8 @@ class SendService:
         try:
             if all(not isinstance(s.rows, pa.Table) for s in sends):
                 # single sends (the usual case): the store's put of a few messages, with no
-                # table built (:meth:`rmqlog.MessageStore.put_messages`)
-                rows = self.store.put_messages(
+                # table built (:meth:`rmqlog.access.wire.WireCalls.put_messages`)
+                rows = self.store.wire.put_messages(
                     [WireMessage(*s.rows) for s in sends],
                     cluster=cluster,
                     system=sends[0].half,
@@ -544,7 +544,7 @@ class SendService:
 
     def _group_commit(self) -> int:
         """One sync covering every put so far (a worker thread: the loop never waits for a disk)."""
-        return self.store.flush_to(self.store.published_tail())
+        return self.store.wire.flush_to(self.store.published_tail())
 
     def _flush_late(self, round_: list[_Send]) -> None:
         for s in round_:

@@ -28,7 +28,7 @@ Answer: SUCCESS, no fields.
 
 Fast by construction, as the sends: every request accepted while the event loop runs goes in
 one list, and one ``loop.call_soon`` callback reads all their records with ONE
-``MessageStore.wire_records`` call, rewrites them in whole columns
+``MessageStore.wire.wire_records`` call, rewrites them in whole columns
 (``rmqlog.send_back_table``) and stores them with ONE ``put_wire``; no
 per-message Python step on the store path. One offset that starts no record is answered alone;
 a put the store refuses for one bad message is retried request by request, so only that one is
@@ -171,7 +171,7 @@ class SendBackService:
     def _put(self, backs: list[_Back]) -> None:
         """Read every request's record, rewrite them, store them: one read, one put."""
         try:
-            records, found = self.store.wire_records(np.fromiter((b.offset for b in backs), np.int64, len(backs)))
+            records, found = self.store.wire.wire_records(np.fromiter((b.offset for b in backs), np.int64, len(backs)))
         except Exception as exc:  # noqa: BLE001 - a damaged record: each alone, so only its request fails
             if len(backs) > 1:
                 for b in backs:
@@ -206,7 +206,7 @@ class SendBackService:
         try:
             # WAIT=false, as in Java: answered after the put, not its flush (under SYNC_FLUSH a
             # group commit is started for it, as Java's wakes its GroupCommitService)
-            self.store.put_wire(table, wait_flush=False)
+            self.store.wire.put_wire(table, wait_flush=False)
         except InvalidMessageError as exc:
             if n > 1:  # one bad message must not fail the others put with it
                 for b in backs:

@@ -50,8 +50,8 @@ def put_wire(
     ``marker``, the store's idempotent put: a replay writes nothing and returns no row.
     ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
     if marker is None:
-        return store.put_wire(table, system=system, cluster=cluster, wait_flush=False)
-    return store.put_wire(
+        return store.wire.put_wire(table, system=system, cluster=cluster, wait_flush=False)
+    return store.wire.put_wire(
         table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster, wait_flush=False
     )
 

@@ -14,7 +14,7 @@ system topics and groups' retry and dead-letter topics are kept), offsets commit
 slave's offset table (written to its ``consumerOffset.json`` on its own schedule,
 :mod:`rmqnet.broker.state`), the scheduler's progress per
 delay level written as the slave's ``delayOffset.json`` (Java writes the body as the file;
-here it is parsed, checked and written by the store: ``MessageStore.set_delay_offsets``), so
+here it is parsed, checked and written by the store: ``MessageStore.replica.set_delay_offsets``), so
 that consumers reading from the slave (its master gone) see the master's topics, and a slave
 promoted to master continues the groups' progress and the delay levels where the master was
 (its scheduler, which does not run on a slave, checks the file against the log's delivery
@@ -170,8 +170,8 @@ class SlaveSynchronize:
         table = loads_fastjson(res.body_bytes()).get("offsetTable") or {}
         offsets = {int(level): int(offset) for level, offset in table.items()}
         store = self.broker.store
-        if store.delay_offsets() != offsets:
-            store.set_delay_offsets(offsets)
+        if store.replica.delay_offsets() != offsets:
+            store.replica.set_delay_offsets(offsets)
 
     def _signed(self, req: RemotingCommand) -> RemotingCommand:
         creds = getattr(self.broker.config, "inner_credentials", None)

@@ -116,7 +116,7 @@ class TopicManager:
         self.data_version: dict[str, int] = {"counter": 0, "timestamp": clock.wall_ms()}
         self._system_topics()
         self._adopt_found()
-        store.on_arrival(self._arrived)
+        store.wire.on_arrival(self._arrived)
 
     def _adopt_found(self) -> None:
         """Topics only the log has (consume-queue folders without a ``topics.json`` entry: a
@@ -134,7 +134,7 @@ class TopicManager:
             log.info("%d topic(s) found from their consume queues only, kept in topics.json", len(found))
 
     def _arrived(self, topics: list[str], queue_ids: Any, max_offsets: Any) -> None:
-        """The dispatcher's arrival signal (:meth:`rmqlog.MessageStore.on_arrival`, on the
+        """The dispatcher's arrival signal (:meth:`rmqlog.access.wire.WireCalls.on_arrival`, on the
         dispatching thread): a topic that got units and that the broker does not know (a
         slave's replicated records, another process's puts before the persist round takes in
         its ``topics.json``) is taken into the table as the store lists such topics (read-write,

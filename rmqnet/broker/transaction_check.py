@@ -151,7 +151,7 @@ class TransactionCheckService:
         self, offsets: np.ndarray, queue_offsets: np.ndarray, discard: np.ndarray, times: np.ndarray
     ) -> None:
         store, txn = self.broker.store, self.transactions
-        rows, found = store.stored_rows(
+        rows, found = store.wire.stored_rows(
             offsets,
             queue_offsets,
             topic=HALF_TOPIC,
@@ -198,7 +198,7 @@ class TransactionCheckService:
             self.broker.topics.create_system("RMQ_SYS_TRANS_OP_HALF_TOPIC")
         # no wait for a flush on the loop (the broker's own records: the next group commit, or
         # the flusher, covers them; Java's check service does not wait either)
-        result = store.put_wire(pa.concat_tables(parts).combine_chunks(), system=True, wait_flush=False)
+        result = store.wire.put_wire(pa.concat_tables(parts).combine_chunks(), system=True, wait_flush=False)
         txn.resolved.update(dict.fromkeys(gone_keys, DISCARD))
         self.discarded += len(gone)
         self.broker.replication.appended()
@@ -223,7 +223,7 @@ class TransactionCheckService:
                 log.warning("Check transaction failed, channel is null. groupId=%s", group)
                 continue
             try:
-                record = self.broker.store.record_at(offset)
+                record = self.broker.store.wire.record_at(offset)
             except StoreError:
                 record = None
             if record is None:

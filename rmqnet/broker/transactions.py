@@ -14,7 +14,7 @@ without ``UNIQ_KEY`` gets one here, because ``UNIQ_KEY`` is the transaction's id
 **END_TRANSACTION.** Requests arriving together (one turn of the event loop) are ended with one
 store read and one store put, whatever their number (as sends are, :mod:`rmqnet.broker.send`):
 the half messages are read at their ``commitLogOffset`` and checked to be queue 0 of the half
-topic at ``tranStateTableOffset`` (:meth:`rmqlog.MessageStore.stored_rows`, whole columns);
+topic at ``tranStateTableOffset`` (:meth:`rmqlog.access.wire.WireCalls.stored_rows`, whole columns);
 then, per request, ``PGROUP`` must be the request's ``producerGroup`` (Java's
 ``checkPrepareMessage`` remarks), and the transaction (its ``UNIQ_KEY``) must not be ended
 already. A commit writes the message to its real topic and queue (body, flag, born time and
@@ -232,7 +232,7 @@ class TransactionService:
         offsets = np.fromiter((e.header.commit_log_offset for e in ends), np.int64, len(ends))
         queue_offsets = np.fromiter((e.header.tran_state_table_offset for e in ends), np.int64, len(ends))
         try:
-            rows, found = self.store.stored_rows(
+            rows, found = self.store.wire.stored_rows(
                 offsets,
                 queue_offsets,
                 topic=HALF_TOPIC,
@@ -299,7 +299,7 @@ class TransactionService:
                 ]
             ).combine_chunks()  # one chunk: the put's fast path keeps a one-chunk properties column as sent
             self.broker.topics.create_system(OP_TOPIC)
-            self.store.put_wire(table, system=True, wait_flush=False)  # (the flush: _settle, off the loop)
+            self.store.wire.put_wire(table, system=True, wait_flush=False)  # (the flush: _settle, off the loop)
         except InvalidMessageError as exc:
             if len(accepted) > 1:  # one bad half must not fail the others ended with it
                 for e in accepted:
@@ -366,7 +366,7 @@ class TransactionService:
 
 
 def committed_rows(half: pa.Table) -> pa.Table:
-    """The messages of committed half messages (:meth:`rmqlog.MessageStore.stored_rows`' rows,
+    """The messages of committed half messages (:meth:`rmqlog.access.wire.WireCalls.stored_rows`' rows,
     with ``REAL_TOPIC``/``REAL_QID`` found and dropped) in their real topic and queue, sysFlag
     ``TRANSACTION_COMMIT`` (``endMessageTransaction``). Raises ``pa.ArrowInvalid`` for a
     ``REAL_QID`` that is no number (a damaged half)."""
@@ -418,9 +418,9 @@ def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends:
 
 
 def group_commit(store: MessageStore) -> int:
-    """One sync covering every put so far (``MessageStore.flush_to`` of the published tail: the
+    """One sync covering every put so far (``MessageStore.wire.flush_to`` of the published tail: the
     commitlog range and the flushed position): run in a worker thread, never on the loop."""
-    return int(store.flush_to(store.published_tail()))
+    return int(store.wire.flush_to(store.published_tail()))
 
 
 def _slave_outcome(gated: RemotingCommand | None) -> None:

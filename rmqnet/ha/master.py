@@ -7,7 +7,7 @@ the clock it is given):
 - it waits for the slave's first report (its max commitlog offset); transfers start there.
   A first report of 0 from a slave while this log starts above 0 starts at the log's first
   offset (RocketMQ starts at its last segment; here a new slave gets all the master holds);
-- it streams ``store.replica_read`` in transfers of at most ``haTransferBatchSize`` bytes
+- it streams ``store.replica.replica_read`` in transfers of at most ``haTransferBatchSize`` bytes
   (12-byte header + bytes, never across a segment: :mod:`rmqnet.ha.wire`);
 - with nothing written for ``haSendHeartbeatInterval`` it sends a heartbeat (size 0);
 - each report is the slave's acknowledged offset; a report past this log's published tail
@@ -22,7 +22,7 @@ connected and ``put_where - push_offset < haSlaveFallbehindMax``). Writers are w
 :meth:`HAServer.notify_appended` (the broker after a put; thread-safe) and by the store's
 arrival signal (appends of other processes on the host). ``run_once(now_ms)`` closes
 connections silent for ``haHousekeepingInterval`` and records ``push_offset`` as the store's
-replication checkpoint (``store.set_replication_checkpoint``) when it moved, at most every
+replication checkpoint (``store.replica.set_replication_checkpoint``) when it moved, at most every
 :data:`CHECKPOINT_INTERVAL_MS` (and at :meth:`HAServer.stop`): should this store come back as
 a slave after a failover, it compares what lies past that offset with its new master's log
 before it trusts it (:mod:`rmqnet.ha.verify`). The checkpoint may lag the acknowledgements by
@@ -112,7 +112,7 @@ class SlaveLink:
             self.next_offset = self._start()
         out: list[bytes | memoryview] = []
         try:
-            data = self.store.replica_read(self.next_offset, budget)
+            data = self.store.replica.replica_read(self.next_offset, budget)
         except StoreError as exc:  # below the log's start (deleted), past its tail
             raise HAProtocolError(f"cannot stream to slave {self.address} from {self.next_offset}: {exc}") from exc
         if data:
@@ -129,7 +129,7 @@ class SlaveLink:
 
     def _start(self) -> int:
         if self.request_offset == 0:
-            return self.store.commit_log_min_offset()  # a new slave: everything this log holds
+            return self.store.replica.commit_log_min_offset()  # a new slave: everything this log holds
         return self.request_offset
 
 
@@ -184,7 +184,7 @@ class HAServer:
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
-        self._unsubscribe = self.store.on_arrival(lambda *_: self.notify_appended())
+        self._unsubscribe = self.store.wire.on_arrival(lambda *_: self.notify_appended())
         return self.port
 
     async def stop(self) -> None:
@@ -291,7 +291,7 @@ class HAServer:
         if not force and self._recorded_ms is not None and now_ms - self._recorded_ms < CHECKPOINT_INTERVAL_MS:
             return False
         try:
-            self.store.set_replication_checkpoint(offset)
+            self.store.replica.set_replication_checkpoint(offset)
         except StoreError as exc:
             log.warning("HA: cannot record the slaves' acknowledged offset %d: %s", offset, exc)
             return False

@@ -2,10 +2,10 @@
 
 It connects to the master's HA address (``haMasterAddress``, or the one the name server
 hands back at registration: :meth:`HAClient.set_master`), reports its end
-(``store.replica_end()``, an 8-byte offset), then reads transfers (:mod:`rmqnet.ha.wire`).
+(``store.replica.replica_end()``, an 8-byte offset), then reads transfers (:mod:`rmqnet.ha.wire`).
 Each transfer's offset must be exactly the slave's end, heartbeats included (Java's
 ``dispatchReadRequest``: "master slave offset not match" drops the connection); the bytes go
-to ``store.replica_append`` (transfers that arrived together and lie in one segment as one
+to ``store.replica.replica_append`` (transfers that arrived together and lie in one segment as one
 append, on a worker thread so the event loop keeps serving), and the new end is reported at
 once. A stream the store refuses (a damaged or foreign record: ``ReplicaStreamError``), a
 malformed header, or an offset that does not match closes the connection; the store has
@@ -15,7 +15,7 @@ A store that was a master (it has a replication checkpoint ``A``: how far a slav
 its log) does not trust what it holds past ``A``: its first session compares the master's
 stream with its own log (:mod:`rmqnet.ha.verify`), reporting ``A`` rounded down to a record
 boundary and then how far the bytes matched. Where they part (a byte differs, or the master's
-log ends before this one) it cuts its log there (``store.replica_truncate``: the whole records
+log ends before this one) it cuts its log there (``store.replica.replica_truncate``: the whole records
 ending at or before that offset stay), clears the checkpoint, logs a warning with the bytes
 dropped and the offset, drops the connection and reconnects at once reporting its new end;
 when every byte matched it clears the checkpoint and goes on as a slave in the same session,
@@ -167,7 +167,7 @@ class HAClient:
             writer.close()
         elif now_ms - self.last_report_ms >= self.heartbeat_ms:
             verifier = self.verifier
-            self._report(verifier.position if verifier is not None else self.store.replica_end(), force=True)
+            self._report(verifier.position if verifier is not None else self.store.replica.replica_end(), force=True)
 
     async def close(self) -> None:
         """Stop: the connection closed, no new one; appends in progress finish."""
@@ -208,7 +208,7 @@ class HAClient:
         try:
             if self.credentials is not None:
                 await asyncio.wait_for(self._prove(reader, writer, *self.credentials), self.housekeeping_ms / 1000)
-            end = self.store.replica_end()
+            end = self.store.replica.replica_end()
             verifier = self.verifier = await loop.run_in_executor(self._executor, self._start_verifier)
             self._report(verifier.position if verifier is not None else end, force=True)
             while True:
@@ -238,7 +238,9 @@ class HAClient:
                 check_offsets(transfers, end)
                 for t in join_transfers(transfers, segment):
                     if t.data:
-                        end = await loop.run_in_executor(self._executor, self.store.replica_append, t.offset, t.data)
+                        end = await loop.run_in_executor(
+                            self._executor, self.store.replica.replica_append, t.offset, t.data
+                        )
                         self.backoff_ms = self.backoff_min_ms  # a working session
                         self.progress.set()
                 self._report(end)
@@ -281,14 +283,14 @@ class HAClient:
         """The comparison this session starts with (worker thread): ``None`` without a
         replication checkpoint, or when the whole log lies below it (the checkpoint cleared)."""
         store = self.store
-        ack = store.replication_checkpoint()
+        ack = store.replica.replication_checkpoint()
         if ack is None:
             return None
         end = store.published_tail()
-        start = max(store.record_boundary(min(ack, end)), store.commit_log_min_offset())
+        start = max(store.replica.record_boundary(min(ack, end)), store.replica.commit_log_min_offset())
         if start >= end:
             log.info("HA: this log ends at %d, below what a slave acknowledged (%d): nothing to compare", end, ack)
-            store.set_replication_checkpoint(None)
+            store.replica.set_replication_checkpoint(None)
             return None
         log.warning(
             "HA: this store was a master whose slave acknowledged its log up to %d; comparing [%d, %d) with "
@@ -303,7 +305,7 @@ class HAClient:
         """This store's published bytes ``[offset, offset + n)`` (worker thread)."""
         parts = []
         while n > 0:
-            data = self.store.replica_read(offset, n)
+            data = self.store.replica.replica_read(offset, n)
             if not data:
                 raise StoreError(f"this log ends at {offset}, short of the bytes compared")
             parts.append(data)
@@ -323,7 +325,7 @@ class HAClient:
             )
         else:
             tail = store.published_tail()
-            new_end = store.replica_truncate(verdict.offset)
+            new_end = store.replica.replica_truncate(verdict.offset)
             self.cuts.append((new_end, tail - new_end))
             log.warning(
                 "HA: %d bytes of this log from offset %d are not in the master %s:%d's log (%s at %d): "
@@ -335,7 +337,7 @@ class HAClient:
                 verdict.offset,
                 new_end,
             )
-        store.set_replication_checkpoint(None)
+        store.replica.set_replication_checkpoint(None)
 
     def status(self) -> dict[str, Any]:
         """What the slave knows: master, connected, its end, the last error, how far a comparison
@@ -344,7 +346,7 @@ class HAClient:
         return {
             "master": None if self.master is None else f"{self.master[0]}:{self.master[1]}",
             "connected": self.connected,
-            "end": self.store.replica_end(),
+            "end": self.store.replica.replica_end(),
             "lastError": self.last_error,
             "connects": self.connects,
             "verifiedUpTo": None if verifier is None else verifier.position,

@@ -2,7 +2,7 @@
 it is trusted (ours; RocketMQ 4.9.8 has no such step), sans-I/O.
 
 A store that was a master keeps how far a slave acknowledged its log (``A``, the store's
-replication checkpoint: ``MessageStore.replication_checkpoint``). ``[0, A)`` is on that slave,
+replication checkpoint: ``MessageStore.replica.replication_checkpoint``). ``[0, A)`` is on that slave,
 which may have been promoted in its place; past ``A`` the old master may hold records nobody
 else has (acknowledged to producers under ASYNC_MASTER, or answered SLAVE_NOT_AVAILABLE /
 FLUSH_SLAVE_TIMEOUT under SYNC_MASTER, never SEND_OK), while the new master wrote its own

@@ -48,6 +48,7 @@ from ..log.encode.prepare import prepare_batch
 from ..log.encode.wire_put import WireHeader
 from ..log.msgid import UniqKeyGenerator, offset_msg_ids
 from ..log.properties import SCHEDULE_TOPIC, WAITING_TOPICS
+from ..results import PutMessageResult, PutMessageStatus
 from ..schema import PUT_RESULT_SCHEMA, TS
 from ..service import ServiceLoop
 from .lmq import LmqRows, lmq_batch, lmq_rows, refuse_routed
@@ -113,6 +114,19 @@ class Appender:
                 return self._put_lmq(table, rows, marker, dispatch=dispatch, wire=wire, wait_flush=wait_flush)
         return self.put_encoded(
             self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch, wait_flush=wait_flush
+        )
+
+    def put_row(self, row: pa.Table) -> PutMessageResult:
+        """Append one message (:meth:`rmqlog.MessageStore.put`'s row); its result."""
+        table, queue_ids = self.put_table(row)
+        res = table.to_pylist()[0]
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            res["commitLogOffset"],
+            res["queueOffset"],
+            res["msgId"],
+            res["storeTimestamp"],
+            int(queue_ids[0]),
         )
 
     def _put_lmq(
@@ -190,7 +204,7 @@ class Appender:
             reconsume_times=reconsume_times,
         )
 
-    def _encode_each(
+    def encode_each(
         self,
         tables: Iterable[pa.Table | pa.RecordBatch],
         marker: Marker,
@@ -227,77 +241,8 @@ class Appender:
         """Append several tables as one all-or-nothing batch, encoding each as it arrives (one
         behind, so that the last one can carry the marker); rows are numbered across tables."""
         with self.ahead() as announce:  # the segment preparer warms pages while the rest arrives
-            encoded = [batch for batch, _ in self._encode_each(tables, marker, announce)]
+            encoded = [batch for batch, _ in self.encode_each(tables, marker, announce)]
             return self.append(encoded, marker, dispatch=dispatch)[0]
-
-    def put_stream(
-        self,
-        tables: Iterable[pa.Table | pa.RecordBatch],
-        marker: Marker,
-        *,
-        dispatch: bool,
-        buffer_bytes: int,
-    ) -> int:
-        """:meth:`put_tables` holding at most ``buffer_bytes`` of encoded records (and the one
-        table being encoded): past that, the append lock is taken and every further table is
-        written as it arrives, past the published tail, unseen, until the last one is published
-        with the rest (all or nothing still: a failure clears what was written, a killed
-        process leaves it to recovery, which cuts what was never published). Other writers of
-        the store wait for the lock meanwhile. No per-row results are kept: returns how many
-        rows were appended (0: a replay of the writer's sequence)."""
-        encoded: list[EncodedBatch] = []
-        held = rows = 0
-        streaming: _Streaming | None = None
-        with self.ahead() as announce:
-            try:
-                for batch, last in self._encode_each(tables, marker, announce):
-                    rows += batch.n
-                    if streaming is not None:
-                        streaming.write(batch)
-                        continue
-                    encoded.append(batch)
-                    held += int(batch.lengths.sum())
-                    if held > buffer_bytes and not last:
-                        streaming = _Streaming(self, marker)
-                        if streaming.replay:
-                            streaming.end(publish=False)
-                            return 0
-                        for b in encoded:
-                            streaming.write(b)
-                        encoded = []
-                if streaming is None:  # within the buffer: the usual append
-                    if not any(b.n for b in encoded):
-                        return 0
-                    _, queue_ids = self.append(encoded, marker, dispatch=dispatch, results=False)
-                    return rows if len(queue_ids) else 0  # (none: a replay)
-                end = streaming.end(publish=True)
-            except BaseException:
-                if streaming is not None:
-                    streaming.end(publish=False)
-                raise
-        self._after_streamed(end, dispatch)
-        return rows
-
-    def _after_streamed(self, end: int, dispatch: bool) -> None:
-        """Step 4 for a streamed append: the flush (SYNC_FLUSH), then a dispatch that reads the
-        records back in bounded chunks (``dispatch``) or the background dispatcher woken."""
-        try:
-            if self.sync_flush:
-                self.parts.flush_service.flush_to(end)
-            if dispatch:
-                self.parts.dispatcher.dispatch()
-            else:
-                self._services.wake(self.parts.dispatcher)
-        except OSError as exc:
-            if exc.errno not in DISK_FULL_ERRNOS:
-                raise
-            raise DiskFullError(
-                exc.errno,
-                f"{exc.strerror}: the batch WAS appended (up to commitlog offset {end}, "
-                "published), only its flush or dispatch failed",
-                exc.filename,
-                appended=True,
-            ) from exc
 
     def wake_dispatcher(self) -> None:
         """Have the background dispatcher (when started) take what was published, now."""
@@ -407,7 +352,7 @@ class Appender:
         batches = [b for b in batches if b.n]
         if not batches:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
-        self._check_queue_ids(batches)
+        self.check_queue_ids(batches)
         self.disk_guard.check()
         if (
             under_lock is None
@@ -441,7 +386,7 @@ class Appender:
         # combine would copy ~56 bytes per row (~50 ms per million rows)
         return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)), queue_ids
 
-    def _check_queue_ids(self, batches: list[EncodedBatch]) -> None:
+    def check_queue_ids(self, batches: list[EncodedBatch]) -> None:
         """Only a fully valid batch creates its topics; a topic resized meanwhile is re-checked."""
         base = 0
         for batch in batches:
@@ -487,7 +432,7 @@ class Appender:
                 if crash_points.reached is not None:
                     crash_points.reached("append.published")
             except BaseException as exc:
-                self._drop_unpublished(tail)
+                self.drop_unpublished(tail)
                 if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
                     raise DiskFullError(
                         exc.errno,
@@ -592,10 +537,6 @@ class Appender:
         )
 
     def drop_unpublished(self, tail: int) -> None:
-        """:meth:`_drop_unpublished` (for :class:`_Streaming`)."""
-        self._drop_unpublished(tail)
-
-    def _drop_unpublished(self, tail: int) -> None:
         """After a failed append (caller holds the append lock): clear what it wrote past the
         published ``tail`` (punching holes needs no space on a full disk). Best effort: if
         this fails too, the next append's scrub does it. Nothing is cleared if the state was
@@ -610,64 +551,3 @@ class Appender:
                 tail,
                 exc_info=True,
             )
-
-
-class _Streaming:
-    """An append written as its tables arrive (:meth:`Appender.put_stream`): the append lock
-    held from the first write to the publish (or the clearing of what was written)."""
-
-    def __init__(self, appender: Appender, marker: Marker) -> None:
-        self.appender = appender
-        self.parts = parts = appender.parts
-        self.lock = parts.append_lock
-        self.lock.acquire()
-        try:
-            self.state = parts.state_file.load() or parts.rebuild_state()
-            self.tail = self.state.tail
-            self.replay = False
-            if marker is not None:
-                seq_s, name = marker[1].split(" ", 1)
-                if int(self.state.writers.get(name, -1)) >= int(seq_s):
-                    self.replay = True
-                else:
-                    self.state.writers[name] = int(seq_s)
-        except BaseException:
-            self.lock.release()
-            raise
-        self.open = True
-
-    def write(self, batch: EncodedBatch) -> None:
-        """Write one encoded table past the tail (nothing is published)."""
-        if not batch.n:
-            return
-        self.appender._check_queue_ids([batch])  # noqa: SLF001 - the appender's own check
-        self.appender.disk_guard.check()
-        try:
-            self.parts.commitlog.append_all([batch], self.state, None)
-        except OSError as exc:
-            if exc.errno in DISK_FULL_ERRNOS:
-                raise DiskFullError(
-                    exc.errno,
-                    f"disk full while appending at commitlog offset {self.state.tail}: nothing was published",
-                    exc.filename or str(self.parts.paths.commitlog_dir),
-                ) from exc
-            raise
-
-    def end(self, *, publish: bool) -> int:
-        """Publish what was written (``publish``), or clear it; release the lock. Returns the tail."""
-        if not self.open:
-            return self.state.tail
-        self.open = False
-        try:
-            if publish:
-                if crash_points.reached is not None:
-                    crash_points.reached("append.written")
-                self.parts.state_file.publish(self.state)
-            elif self.state.tail != self.tail:
-                self.appender.drop_unpublished(self.tail)
-        except BaseException:
-            self.appender.drop_unpublished(self.tail)
-            raise
-        finally:
-            self.lock.release()
-        return self.state.tail

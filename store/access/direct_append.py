@@ -47,7 +47,7 @@ _BLANK = struct.Struct(">ii")
 
 @dataclass(frozen=True, slots=True)
 class PutRows:
-    """The result of :meth:`rmqlog.MessageStore.put_messages`, one entry per message in order:
+    """The result of :meth:`rmqlog.access.wire.WireCalls.put_messages`, one entry per message in order:
     ``commit_log_offsets``, ``queue_offsets``, ``msg_ids`` (the offset msgIds), and the
     ``store_timestamp`` (ms) they share; ``start``/``end``: the commitlog range appended (a
     blank that ended a segment included).
@@ -60,7 +60,7 @@ class PutRows:
     start: int
     end: int
     duplicate: bool = False
-    #: the dispatch a ``defer_dispatch`` put left to :meth:`rmqlog.MessageStore.dispatch_put`
+    #: the dispatch a ``defer_dispatch`` put left to :meth:`rmqlog.access.wire.WireCalls.dispatch_put`
     pending: _PendingDispatch | None = field(default=None, compare=False, repr=False)
 
 

@@ -12,7 +12,7 @@ is caught and the read clamped).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -20,26 +20,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import safe_open
-from ..arguments import int_arg, optional_bool_arg, queue_id_arg
+from ..arguments import bool_arg, int_arg, optional_bool_arg, queue_id_arg
 from ..errors import (
     CorruptRecordError,
     CorruptStoreError,
+    IndexDisabledError,
     InvalidArgumentError,
     MessagesDeletedError,
 )
-from ..filter.vectorized import Sql92Filter
+from ..index.lookup import messages_by_key, records_by_key
 from ..log.decode import BadRecordError, RecordCheck, RecordColumns, empty_message_table
-from ..log.msgid import parse_offset_msg_id
+from ..log.msgid import is_uniq_key, parse_offset_msg_id
+from ..log.properties import WAITING_TOPICS
 from ..log.record import ScanKind
 from ..paths import validate_group, validate_topic
 from ..queue.checked_read import read_unit_columns, read_units, unit_store_timestamp
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
-from ..results import DiskLimits, GetMessageResult
+from ..results import GetMessageResult, StoredRecords
 from .window import read_window
+from .window_request import WindowRequest
 
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
+    from ..config_files import TopicConfig
+    from ..index.index_service import IndexService
     from ..parts import StoreParts
 
 
@@ -128,40 +133,14 @@ class QueueReader:
     ) -> GetMessageResult:
         """RocketMQ's ``getMessage``; see :meth:`rmqlog.MessageStore.get_messages`."""
         validate_group(group)
-        return self.read_window(topic, queue_id, offset, max_count=max_count, tags=tags, check_crc=check_crc)
-
-    def read_window(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        *,
-        max_count: int,
-        tags: str | None,
-        check_crc: bool | None,
-        max_bytes: int | None = None,
-        until: int | None = None,
-        raw: bool = False,
-        disk: DiskLimits | None = None,
-        sql92: Sql92Filter | None = None,
-        columns: tuple[str, ...] | None = None,
-    ) -> GetMessageResult:
-        """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
-        return read_window(
-            self,
-            topic,
-            queue_id,
-            offset,
-            max_count=max_count,
-            max_bytes=max_bytes,
-            tags=tags,
-            until=until,
-            check_crc=check_crc,
-            raw=raw,
-            disk=disk,
-            sql92=sql92,
-            columns=columns,
+        req = WindowRequest.of(
+            topic, queue_id, offset, max_count=max_count, tags=tags, check_crc=check_crc, crc=self.check_crc
         )
+        return self.read_window(req)
+
+    def read_window(self, req: WindowRequest) -> GetMessageResult:
+        """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
+        return read_window(self, req)
 
     def read_units(
         self,
@@ -281,6 +260,34 @@ class QueueReader:
                 right = mid
         return left
 
+    def query_by_time(
+        self,
+        configured: Mapping[str, TopicConfig],
+        topics: object,
+        begin_ms: int,
+        end_ms: int | None,
+        max_count: int,
+    ) -> pa.Table:
+        """:meth:`rmqlog.MessageStore.query_by_time` over the ``configured`` topics."""
+        if topics is not None and (isinstance(topics, str | bytes) or not isinstance(topics, Iterable)):
+            raise InvalidArgumentError(
+                f"topics must be an iterable of topic names or None, got {type(topics).__name__}"
+            )
+        # every topic but the ones where delayed messages wait (they are not stored "yet")
+        names = (
+            [t for t in configured if t not in WAITING_TOPICS]
+            if topics is None
+            else [validate_topic(t) for t in topics]
+        )
+        queues = [
+            (t, q)
+            for t in names
+            if t in configured
+            for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))
+        ]
+        end = (1 << 63) - 1 if end_ms is None else end_ms
+        return self.messages_between(queues, begin_ms, end, max_count)
+
     def messages_between(self, queues: list[tuple[str, int]], begin_ms: int, end_ms: int, max_count: int) -> pa.Table:
         """The messages of ``queues`` stored in ``[begin_ms, end_ms]``, by store time (ties in
         queue order), at most ``max_count``: per queue, its offsets found by binary search on
@@ -340,3 +347,54 @@ class QueueReader:
         if row is None or row["msgId"] != msg_id.upper():
             return None
         return row
+
+    def message_by_id(self, msg_id: str, topics: Callable[[], Iterable[str]]) -> dict[str, Any] | None:
+        """:meth:`rmqlog.MessageStore.message_by_id`: an offset msgId, else a client msgId looked
+        up through the index files of every topic of ``topics()`` (the last one found)."""
+        row = self.message_by_offset_id(msg_id)
+        if row is None and self.parts.index_service is not None and is_uniq_key(msg_id):
+            for topic in topics():
+                table = self.by_key(
+                    topic, msg_id, self.parts.config.max_msgs_num_batch, 0, None, None, False, unique=True
+                )
+                assert isinstance(table, pa.Table)  # (raw=False: the message table)
+                if table.num_rows:
+                    return table.to_pylist()[-1]
+        return row
+
+    # -------------------------------------------------------------- by key
+    def by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int,
+        begin_ms: int,
+        end_ms: int | None,
+        check_crc: object,
+        raw: object,
+        *,
+        unique: bool,
+    ) -> pa.Table | StoredRecords:
+        """The messages of ``topic`` under ``key`` through the index files (``unique``: the
+        client msgId); see :meth:`rmqlog.MessageStore.query_by_key`."""
+        validate_topic(topic)
+        crc = self.check_crc(check_crc)
+        lookup = records_by_key if bool_arg("raw", raw) else messages_by_key
+        return lookup(
+            self.index(),
+            self.parts.commitlog,
+            self.parts.published_tail(),
+            topic,
+            key,
+            max_count=max_count,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            check_crc=crc,
+            unique=unique,
+        )
+
+    def index(self) -> IndexService:
+        """The store's index; :class:`rmqlog.errors.IndexDisabledError` without one."""
+        if self.parts.index_service is None:
+            raise IndexDisabledError("this store has no index (message_index_enable is off)")
+        return self.parts.index_service

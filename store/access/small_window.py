@@ -46,31 +46,18 @@ from ..log.record import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS
 from ..native import check_copy as _native_copy
 from ..native import window_units as _native_units
 from ..queue.consume_queue import CQ_UNIT_SIZE
-from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
+from ..results import GetMessageResult, GetMessageStatus, StoredRecords
+from .window_request import WindowRequest
 
 #: The most units a window may span to take this path (a pull's 32 and the disk limit's 8 fit).
 SMALL_WINDOW = 64
 
 
 def read_small(
-    commitlog: CommitLog,
-    units: bytes,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    *,
-    max_count: int,
-    max_bytes: int | None,
-    disk: DiskLimits | None,
-    lo: int,
-    hi: int,
-    floor: int,
-    tail: int,
-    check_crc: bool,
-    columns: tuple[str, ...] | None,
+    commitlog: CommitLog, units: bytes, req: WindowRequest, *, lo: int, hi: int, floor: int, tail: int
 ) -> GetMessageResult | None:
-    """The stored records of the window whose ``units`` (as stored: at most
-    :data:`SMALL_WINDOW`, from queue offset ``offset``, the units the general read would look
+    """The stored records of the window ``req`` whose ``units`` (as stored: at most
+    :data:`SMALL_WINDOW`, from queue offset ``req.offset``, the units the general read would look
     at first, :meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_stored`) were read, under
     ``max_count``/``max_bytes`` and ``disk`` (see the module docstring), answered FOUND with
     ``lo``/``hi`` as bounds; ``None`` whenever the general read must answer (from the same
@@ -78,6 +65,7 @@ def read_small(
     against and the published tail read after them."""
     if _native_units is None or _native_copy is None or len(units) > SMALL_WINDOW * CQ_UNIT_SIZE:
         return None
+    offset, max_bytes, disk = req.offset, req.max_bytes, req.disk
     room = len(units) // CQ_UNIT_SIZE
     offs, sizes = array("q", bytes(8 * room)), array("q", bytes(8 * room))
     no_bytes = -1 if max_bytes is None else max_bytes
@@ -86,7 +74,7 @@ def read_small(
         floor,
         tail,
         commitlog.segment_size,
-        max_count,
+        req.max_count,
         no_bytes,
         -1 if disk is None else disk.memory,
         0 if disk is None else disk.max_count,
@@ -99,7 +87,7 @@ def read_small(
         return None
     del offs[taken:], sizes[taken:]
     ends = array("q", accumulate(sizes, initial=0))
-    data = _checked_bytes(commitlog, offs, sizes, ends[-1], offset, topic.encode(), queue_id, check_crc)
+    data = _checked_bytes(commitlog, offs, sizes, ends[-1], offset, req.topic.encode(), req.queue_id, req.check_crc)
     if data is None:
         return None
     records = StoredRecords(
@@ -108,7 +96,7 @@ def read_small(
         np.frombuffer(sizes, np.int64),
         np.arange(offset, offset + taken, dtype=np.int64),
     )
-    return GetMessageResult(GetMessageStatus.FOUND, offset + taken, lo, hi, empty_message_table(columns), records)
+    return GetMessageResult(GetMessageStatus.FOUND, offset + taken, lo, hi, empty_message_table(req.columns), records)
 
 
 def _checked_bytes(

@@ -2,7 +2,7 @@
 message again somewhere else, without a message table in between. One module for both reads a
 broker makes, sharing one column builder (:func:`_columns`, whole columns, no step per message):
 
-- :func:`stored_rows` (:meth:`rmqlog.MessageStore.stored_rows`): RocketMQ's transactional
+- :func:`stored_rows` (:meth:`rmqlog.access.wire.WireCalls.stored_rows`): RocketMQ's transactional
   messages (``EndTransactionProcessor.endMessageTransaction``: a half message stored again in its
   real topic; ``TransactionalMessageBridge.renewHalfMessageInner``: a half message put back to be
   checked later). The records are named by their commitlog offsets *and* the queue they must
@@ -16,7 +16,7 @@ broker makes, sharing one column builder (:func:`_columns`, whole columns, no st
   The properties string comes back as stored with the names in ``drop`` cut out, in
   whole-column passes (:class:`rmqlog.log.properties.ParsedProperties`), and the value of each
   name in ``find`` comes as a column of its own (null where absent).
-- :func:`wire_records` (:meth:`rmqlog.MessageStore.wire_records`): a consumer's send-back
+- :func:`wire_records` (:meth:`rmqlog.access.wire.WireCalls.wire_records`): a consumer's send-back
   (``CONSUMER_SEND_MSG_BACK``: RocketMQ's ``lookMessageByOffset`` with ``deCompressBody=false``),
   the records at commitlog offsets *as stored* (sysFlag and properties untouched, the offset
   msgId beside them), with no queue to check them against: an offset where no record starts

@@ -5,17 +5,17 @@ Every read of messages by queue position for a consumer goes through :func:`read
 ``get_messages`` (the store's ``getMessage``), the Spark source's tasks, and the network
 side's pull to come. The rules, each RocketMQ's unless said:
 
-(case: status; next offset)
-- no such queue: ``NO_MATCHED_LOGIC_QUEUE``; 0
-- the queue is empty (max offset 0): ``NO_MESSAGE_IN_QUEUE``; 0
-- offset < min offset: ``OFFSET_TOO_SMALL``; min offset
-- offset == max offset: ``OFFSET_OVERFLOW_ONE``; offset
-- offset > max offset: ``OFFSET_OVERFLOW_BADLY``; max offset
-- the consume-queue file holding offset went meanwhile (retention): ``OFFSET_FOUND_NULL``; the queue's min offset now
-  (1)
-- a message found: ``FOUND``; offset + units scanned
-- none found, a matching unit's record deleted meanwhile (or a filler): ``MESSAGE_WAS_REMOVING``; offset + units scanned
-- none found, every unit filtered out: ``NO_MATCHED_MESSAGE``; offset + units scanned
+| case | status | next offset |
+|---|---|---|
+| no such queue | ``NO_MATCHED_LOGIC_QUEUE`` | 0 |
+| the queue is empty (max offset 0) | ``NO_MESSAGE_IN_QUEUE`` | 0 |
+| offset < min offset | ``OFFSET_TOO_SMALL`` | min offset |
+| offset == max offset | ``OFFSET_OVERFLOW_ONE`` | offset |
+| offset > max offset | ``OFFSET_OVERFLOW_BADLY`` | max offset |
+| the consume-queue file holding offset went (retention) | ``OFFSET_FOUND_NULL`` | the queue's min offset now (1) |
+| a message found | ``FOUND`` | offset + units scanned |
+| none found, a matching unit's record deleted (or a filler) | ``MESSAGE_WAS_REMOVING`` | offset + units scanned |
+| none found, every unit filtered out | ``NO_MATCHED_MESSAGE`` | offset + units scanned |
 
 (1) RocketMQ answers the first offset of the next consume-queue file; a consumer that goes
 there gets ``OFFSET_TOO_SMALL`` and then the min offset, where this read sends it at once.
@@ -58,27 +58,29 @@ ends. (A segment this process still had mapped keeps its bytes: its records are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arguments import bool_arg, int_arg, optional_int_arg, text_arg
-from ..errors import CorruptStoreError, InvalidArgumentError, MessagesDeletedError
-from ..filter.vectorized import Sql92Filter
+from ..errors import CorruptStoreError, MessagesDeletedError
 from ..hashing import java_string_hash
 from ..log.decode import RecordColumns, concat_tables, empty_message_table, message_table
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
-from ..paths import validate_topic
 from ..queue.checked_read import read_unit_columns, read_unit_records, read_unit_stored, read_units
 from ..queue.consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
-from ..schema import MESSAGE_SCHEMA
 from .small_window import SMALL_WINDOW, read_small
+from .window_request import WindowRequest
 
 if TYPE_CHECKING:
+    from ..log.commitlog import CommitLog
     from ..parts import StoreParts
+
+_T = TypeVar("_T")
 
 #: Units a filtered read scans at least (RocketMQ: ``max(16000, maxMsgNums * 20)`` bytes of units).
 SCAN_UNITS = 800
@@ -95,229 +97,216 @@ class Reader(Protocol):
     def check_crc(self, check_crc: object) -> bool: ...
 
 
-def parse_tag_filter(tags: object) -> set[str] | None:
-    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything). Anything
-    but a string that can be UTF-8 raises :class:`rmqlog.errors.InvalidArgumentError`."""
-    if tags is None:
-        return None
-    text = text_arg("tags", tags, empty=True)
-    parts = {t.strip() for t in text.split("||")}
-    parts.discard("")
-    if not parts or "*" in parts:
-        return None
-    return parts
+def read_window(reader: Reader, req: WindowRequest) -> GetMessageResult:
+    """The window ``req`` asks for (see the module docstring): the message table or, with
+    ``req.raw``, the stored records. A damaged unit or record raises
+    :class:`rmqlog.errors.CorruptQueueError` / :class:`rmqlog.errors.CorruptRecordError`."""
+    plan = _plan(reader, req)
+    if isinstance(plan, GetMessageResult):
+        return plan
+    units = _first_units(reader.parts.commitlog, plan, req)
+    if isinstance(units, GetMessageResult):
+        return units
+    if not len(units):  # the file holding ``offset`` is not there
+        return _file_gone(reader, plan, req)
+    low = plan.floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
+    while True:
+        try:
+            scan = _scan(plan, req, units, low)
+            if scan is None:  # the first units did not decide it: the whole window
+                units, plan.whole = plan.cq.read(req.offset, plan.stop - req.offset), True
+                continue
+            if not scan.n_taken:
+                return _nothing_taken(plan, req, scan)
+            return _taken(plan, req, units, scan)
+        except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
+            low = plan.commitlog.min_offset()
 
 
-def columns_arg(columns: object) -> tuple[str, ...] | None:
-    """``columns`` of a read: ``None`` (all), or names of the message table's columns, each once
-    (a list or tuple of strings); else :class:`rmqlog.errors.InvalidArgumentError` naming it."""
-    if columns is None:
-        return None
-    if not isinstance(columns, list | tuple) or not columns or not all(isinstance(c, str) for c in columns):
-        raise InvalidArgumentError(f"columns must be None or a non-empty list of column names, got {columns!r}")
-    unknown = [c for c in columns if c not in MESSAGE_SCHEMA.names]
-    if unknown:
-        raise InvalidArgumentError(
-            f"columns: {unknown[0]!r} is not a column of the message table ({', '.join(MESSAGE_SCHEMA.names)})"
-        )
-    if len(set(columns)) != len(columns):
-        raise InvalidArgumentError(f"columns: {next(c for c in columns if columns.count(c) > 1)!r} is named twice")
-    return tuple(columns)
+@dataclass
+class _Plan:
+    """Where a window read stands once its queue's bounds are taken: ``lo``/``hi`` (its bounds),
+    ``floor`` (the commitlog's first offset they were taken against), ``tail`` (the published
+    tail read after them: every unit below ``hi`` points below it); the scan ends at ``stop``;
+    ``first_look`` units are read first unless ``whole`` (every unit up to ``stop``)."""
+
+    commitlog: CommitLog
+    cq: ConsumeQueue
+    lo: int
+    hi: int
+    floor: int
+    tail: int
+    stop: int
+    first_look: int
+    whole: bool
 
 
-def read_window(
-    reader: Reader,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    *,
-    max_count: int,
-    max_bytes: int | None,
-    tags: str | None,
-    until: int | None,
-    check_crc: bool | None,
-    raw: bool,
-    disk: DiskLimits | None = None,
-    sql92: Sql92Filter | None = None,
-    columns: tuple[str, ...] | None = None,
+def _empty(
+    req: WindowRequest,
+    status: GetMessageStatus,
+    next_offset: int,
+    lo: int = 0,
+    hi: int = 0,
+    removed: tuple[int, int] | None = None,
 ) -> GetMessageResult:
-    """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
-    ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
-    before ``until`` only (``None``: to the queue's end), as the message table or, with
-    ``raw``, as the stored records; with ``disk`` (:class:`rmqlog.results.DiskLimits`), units
-    whose records lie "on disk" are judged by its limits instead; with ``sql92``
-    (:class:`rmqlog.filter.Sql92Filter`) a unit is taken only when its record's properties
-    match (RocketMQ's ``isMatchedByCommitLog``), see the module docstring. ``columns``: only
-    these columns of the message table are made, in that order (``None``: all). Arguments are checked first:
-    :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
-    A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
-    :class:`rmqlog.errors.CorruptRecordError`."""
-    validate_topic(topic)
-    queue_id, offset = int_arg("queue_id", queue_id), int_arg("offset", offset)
-    max_count = int_arg("max_count", max_count)
-    if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
-        raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
-    max_bytes = optional_int_arg("max_bytes", max_bytes, 1)
-    until = optional_int_arg("until", until)
-    if until is not None and until <= offset:
-        raise InvalidArgumentError(f"until ({until}) must be past offset ({offset})")
-    wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
-    if disk is not None:
-        _check_disk_limits(disk)
-    if sql92 is not None and not isinstance(sql92, Sql92Filter):
-        raise InvalidArgumentError(
-            f"sql92 must be a compiled Sql92Filter (rmqlog.filter.compile_filter) or None, got {type(sql92).__name__}"
-        )
-    columns = columns_arg(columns)
+    """An answer with no message."""
+    empty = StoredRecords.empty() if req.raw else None
+    return GetMessageResult(status, next_offset, lo, hi, empty_message_table(req.columns), empty, removed)
 
-    def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
-        empty = StoredRecords.empty() if raw else None
-        return GetMessageResult(status, next_offset, lo, hi, empty_message_table(columns), empty, **kw)  # type: ignore[arg-type]
 
-    if queue_id < 0 or not reader.queue_exists(topic, queue_id):
-        return result(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-    cq = reader.parts.consume_queue(topic, queue_id)
-    lo, hi, floor, tail = reader.read_plan(cq)  # (tail: read after the bounds, every unit below hi points below it)
+def _plan(reader: Reader, req: WindowRequest) -> _Plan | GetMessageResult:
+    """The queue's bounds and the scan's extent; RocketMQ's answer when there is no such queue
+    or the offset lies outside the bounds."""
+    if req.queue_id < 0 or not reader.queue_exists(req.topic, req.queue_id):
+        return _empty(req, GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+    cq = reader.parts.consume_queue(req.topic, req.queue_id)
+    lo, hi, floor, tail = reader.read_plan(cq)
+    offset = req.offset
     early = status_outside(offset, lo, hi)
     if early is not None:
-        return result(early[0], early[1], lo, hi)
+        return _empty(req, early[0], early[1], lo, hi)
     per = cq.units_per_segment
     file_end = offset - offset % per + per
-    scan = max(SCAN_UNITS, max_count, disk.max_count if disk is not None else 0)
-    stop = min(hi, offset + scan, file_end, until if until is not None else hi)
+    disk_count = req.disk.max_count if req.disk is not None else 0
+    scan = max(SCAN_UNITS, req.max_count, disk_count)
+    stop = min(hi, offset + scan, file_end, req.until if req.until is not None else hi)
     # Without a tag filter the batch is decided within its largest count of units, unless
     # fillers or deleted records are among them: those units first, the whole scan only then.
-    first_look = max(max_count, disk.max_count if disk is not None else 0)
-    whole = wanted is not None or sql92 is not None or stop - offset <= first_look
-    commitlog = reader.parts.commitlog
-    count = stop - offset if whole else first_look
-    if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
-        # a small window: the direct path, else the general read from the same units, bounds and tail
-        stored = cq.read_stored(offset, count)
-        direct = (
-            None
-            if stored is None
-            else read_small(
-                commitlog,
-                stored,
-                topic,
-                queue_id,
-                offset,
-                max_count=max_count,
-                max_bytes=max_bytes,
-                disk=disk,
-                lo=lo,
-                hi=hi,
-                floor=floor,
-                tail=tail,
-                check_crc=check_crc,
-                columns=columns,
-            )
+    first_look = max(req.max_count, disk_count)
+    whole = req.wanted is not None or req.sql92 is not None or stop - offset <= first_look
+    return _Plan(reader.parts.commitlog, cq, lo, hi, floor, tail, stop, first_look, whole)
+
+
+def _first_units(commitlog: CommitLog, plan: _Plan, req: WindowRequest) -> np.ndarray | GetMessageResult:
+    """The units to scan first; a small window's answer when its direct path gives one (else
+    the general read takes the same units, bounds and tail)."""
+    count = plan.stop - req.offset if plan.whole else plan.first_look
+    if not (req.raw and req.wanted is None and req.sql92 is None and count <= SMALL_WINDOW):
+        return plan.cq.read(req.offset, count)
+    stored = plan.cq.read_stored(req.offset, count)
+    if stored is None:
+        return np.zeros(0, CQ_UNIT)
+    direct = read_small(commitlog, stored, req, lo=plan.lo, hi=plan.hi, floor=plan.floor, tail=plan.tail)
+    return direct if direct is not None else np.frombuffer(stored, CQ_UNIT)
+
+
+def _file_gone(reader: Reader, plan: _Plan, req: WindowRequest) -> GetMessageResult:
+    """The consume-queue file holding the offset went (retention): the queue's first offset
+    now; a file missing inside the queue is damage."""
+    now_lo = reader.read_bounds(plan.cq)[0]
+    if now_lo <= req.offset:
+        raise CorruptStoreError(
+            f"consume-queue segment holding queue offset {req.offset} is missing", path=str(plan.cq.directory)
         )
-        if direct is not None:
-            return direct
-        units = np.frombuffer(stored, CQ_UNIT) if stored is not None else np.zeros(0, CQ_UNIT)
-    else:
-        units = cq.read(offset, count)
-    if not len(units):  # the file holding ``offset`` is not there
-        now_lo = reader.read_bounds(cq)[0]
-        if now_lo <= offset:
-            raise CorruptStoreError(
-                f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory)
-            )
-        return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
+    return _empty(req, GetMessageStatus.OFFSET_FOUND_NULL, now_lo, plan.lo, plan.hi, (req.offset, now_lo))
+
+
+@dataclass
+class _Scan:
+    """What the scan of the units decided: ``taken`` among the ``scanned`` first units (of
+    which ``n_taken``), ``real`` (not fillers), ``removed`` (records deleted since the bounds:
+    skipped, reported), ``chunks`` (the records a SQL92 filter read)."""
+
+    taken: np.ndarray
+    scanned: int
+    n_taken: int
+    real: np.ndarray
+    removed: np.ndarray | None
+    chunks: list[_Chunk]
+
+    def lost(self, offset: int) -> tuple[int, int] | None:
+        """The queue offsets of the removed units scanned (first, last + 1), ``None`` if none."""
+        gone = np.flatnonzero(self.removed[: self.scanned]) if self.removed is not None else np.zeros(0, np.int64)
+        return (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
+
+
+def _scan(plan: _Plan, req: WindowRequest, units: np.ndarray, low: int) -> _Scan | None:
+    """The units taken under the tag filter, the limits and the SQL92 filter (records at or past
+    ``plan.floor`` but below ``low``, the first offset now, are skipped); ``None`` when the
+    first units read did not decide it."""
+    wanted = req.wanted
     codes = np.array([java_string_hash(t) for t in wanted], np.int64) if wanted is not None else None
-    low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
-    while True:
-        off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
-        real = size != FILLER_SIZE
-        match = real if codes is None else real & np.isin(units["tagsCode"].astype(np.int64), codes)
-        count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
-        # records at or past ``floor`` but below the first offset now: deleted since the bounds
-        # were taken (a unit below ``floor`` is damage, and its read says so)
-        removed = match & (off >= floor) & (off < low) if low > floor else None
-        candidate = match if removed is None else match & ~removed
-        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
-        chunks: list[_Chunk] = []
-        if sql92 is None:
-            taken, scanned = batch_taken(candidate, size, real, count_limit, bytes_limit)
-        else:
-            try:
-                taken, scanned = _filtered_batch(
-                    commitlog,
-                    cq,
-                    units,
-                    offset,
-                    candidate,
-                    size,
-                    real,
-                    count_limit,
-                    bytes_limit,
-                    sql92,
-                    wanted,
-                    raw,
-                    args,
-                    chunks,
-                )
-            except MessagesDeletedError:  # retention overtook the record read: plan again
-                low = commitlog.min_offset()
-                continue
-        n_taken = int(np.count_nonzero(taken))
-        if not whole and scanned == len(units) and n_taken < scanned:  # the first units did not decide it
-            units, whole = cq.read(offset, stop - offset), True
-            continue
-        gone = np.flatnonzero(removed[:scanned]) if removed is not None else np.zeros(0, np.int64)
-        lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
-        if not n_taken:
-            status = (
-                GetMessageStatus.MESSAGE_WAS_REMOVING
-                if len(gone) or not real[:scanned].all()
-                else GetMessageStatus.NO_MATCHED_MESSAGE
-            )
-            return result(status, offset + scanned, lo, hi, removed=lost)
-        if n_taken == scanned:  # every unit scanned taken (a pull without a filter): a view, no take
-            rows: np.ndarray | slice = slice(0, scanned)
-            logical = np.arange(offset, offset + scanned, dtype=np.int64)
-        else:
-            rows = np.flatnonzero(taken)
-            logical = offset + rows.astype(np.int64)
-        try:
-            if sql92 is not None:
-                messages, records = _chunks_taken(chunks, scanned, raw, columns)
-            elif raw:
-                # no tag filter: the records checked on their own bytes (None: the general read decides)
-                records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
-                if records is None:
-                    records = _exact_tags(
-                        read_unit_records(commitlog, cq, units[rows], logical, **args),  # type: ignore[arg-type]
-                        wanted,
-                        logical,
-                    )
-                messages = empty_message_table(columns)
-            elif columns is None:
-                messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
-                records = None
-                if wanted is not None:
-                    messages = messages.filter(
-                        pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False)
-                    )
-            else:  # the same checked read, only the columns asked for made (and the tags to filter on)
-                made = columns if wanted is None or "tags" in columns else (*columns, "tags")
-                got = read_unit_columns(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
-                messages = concat_tables([message_table(c, made) for c in got], made)
-                records = None
-                if wanted is not None:
-                    messages = messages.filter(
-                        pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False)
-                    )
-                    if made is not columns:
-                        messages = messages.select(list(columns))
-        except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
-            low = commitlog.min_offset()
-            continue
-        found = len(records) if records is not None else messages.num_rows
-        status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, offset + scanned, lo, hi, messages, records, lost)
+    off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
+    real = size != FILLER_SIZE
+    match = real if codes is None else real & np.isin(units["tagsCode"].astype(np.int64), codes)
+    count_limit, bytes_limit = _limits(off, plan.tail, req.max_count, req.max_bytes, req.disk)
+    # records at or past ``floor`` but below the first offset now: deleted since the bounds
+    # were taken (a unit below ``floor`` is damage, and its read says so)
+    removed = match & (off >= plan.floor) & (off < low) if low > plan.floor else None
+    candidate = match if removed is None else match & ~removed
+    chunks: list[_Chunk] = []
+    if req.sql92 is None:
+        taken, scanned = batch_taken(candidate, size, real, count_limit, bytes_limit)
+    else:
+        taken, scanned = _filtered_batch(plan, req, units, candidate, size, real, count_limit, bytes_limit, chunks)
+    n_taken = int(np.count_nonzero(taken))
+    if not plan.whole and scanned == len(units) and n_taken < scanned:
+        return None
+    return _Scan(taken, scanned, n_taken, real, removed, chunks)
+
+
+def _nothing_taken(plan: _Plan, req: WindowRequest, scan: _Scan) -> GetMessageResult:
+    """No unit taken: a removed record or a filler among the scanned, else nothing matched."""
+    lost = scan.lost(req.offset)
+    status = (
+        GetMessageStatus.MESSAGE_WAS_REMOVING
+        if lost is not None or not scan.real[: scan.scanned].all()
+        else GetMessageStatus.NO_MATCHED_MESSAGE
+    )
+    return _empty(req, status, req.offset + scan.scanned, plan.lo, plan.hi, lost)
+
+
+def _checked(read: Callable[..., _T], plan: _Plan, req: WindowRequest, units: np.ndarray, logical: np.ndarray) -> _T:
+    """One checked read of these units' records (:mod:`rmqlog.queue.checked_read`)."""
+    return read(
+        plan.commitlog,
+        plan.cq,
+        units,
+        logical,
+        topic=req.topic,
+        queue_id=req.queue_id,
+        floor=plan.floor,
+        tail=plan.tail,
+        check_crc=req.check_crc,
+    )
+
+
+def _taken(plan: _Plan, req: WindowRequest, units: np.ndarray, scan: _Scan) -> GetMessageResult:
+    """The answer of the units taken: their records read and checked, the exact tags kept."""
+    offset, scanned, wanted, columns = req.offset, scan.scanned, req.wanted, req.columns
+    if scan.n_taken == scanned:  # every unit scanned taken (a pull without a filter): a view, no take
+        rows: np.ndarray | slice = slice(0, scanned)
+        logical = np.arange(offset, offset + scanned, dtype=np.int64)
+    else:
+        rows = np.flatnonzero(scan.taken)
+        logical = offset + rows.astype(np.int64)
+    records: StoredRecords | None = None
+    if req.sql92 is not None:
+        messages, records = _chunks_taken(scan.chunks, scanned, req.raw, columns)
+    elif req.raw:
+        # no tag filter: the records checked on their own bytes (None: the general read decides)
+        records = _checked(read_unit_stored, plan, req, units[rows], logical) if wanted is None else None
+        if records is None:
+            records = _exact_tags(_checked(read_unit_records, plan, req, units[rows], logical), wanted, logical)
+        messages = empty_message_table(columns)
+    elif columns is None:
+        messages = _with_tags(_checked(read_units, plan, req, units[rows], logical), wanted)
+    else:  # the same checked read, only the columns asked for made (and the tags to filter on)
+        made = columns if wanted is None or "tags" in columns else (*columns, "tags")
+        got = _checked(read_unit_columns, plan, req, units[rows], logical)
+        messages = _with_tags(concat_tables([message_table(c, made) for c in got], made), wanted)
+        if made is not columns:
+            messages = messages.select(list(columns))
+    found = len(records) if records is not None else messages.num_rows
+    status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
+    return GetMessageResult(status, offset + scanned, plan.lo, plan.hi, messages, records, scan.lost(offset))
+
+
+def _with_tags(messages: pa.Table, wanted: set[str] | None) -> pa.Table:
+    """The messages whose tags are ``wanted`` exactly (a tag hash can collide); all for ``None``."""
+    if wanted is None:
+        return messages
+    return messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
 
 
 #: A chunk of units read to evaluate a SQL92 filter: (their rows in the window, the records
@@ -326,19 +315,14 @@ _Chunk = tuple[np.ndarray, list[tuple[RecordColumns, pa.LargeBinaryArray | None]
 
 
 def _filtered_batch(
-    commitlog: object,
-    cq: ConsumeQueue,
+    plan: _Plan,
+    req: WindowRequest,
     units: np.ndarray,
-    offset: int,
     candidate: np.ndarray,
     size: np.ndarray,
     real: np.ndarray,
     count_limit: int | np.ndarray,
     bytes_limit: int | np.ndarray | None,
-    sql92: Sql92Filter,
-    wanted: set[str] | None,
-    raw: bool,
-    args: dict[str, object],
     chunks: list[_Chunk],
 ) -> tuple[np.ndarray, int]:
     """RocketMQ's scan with a SQL92 filter: a unit is taken when its record's properties match
@@ -349,6 +333,8 @@ def _filtered_batch(
     depend only on the units before it (and its own size), so a stop at or before the last
     evaluated unit is final. Each chunk's records are kept in
     ``chunks`` for the answer. Returns (taken among the scanned units, units scanned)."""
+    sql92, wanted = req.sql92, req.wanted
+    assert sql92 is not None
     match = candidate.copy()  # units not yet evaluated count as candidates
     evaluated = 0
     step = max(64, 2 * int(np.max(count_limit)))
@@ -356,11 +342,12 @@ def _filtered_batch(
         upto = min(len(units), evaluated + step)
         rows = evaluated + np.flatnonzero(candidate[evaluated:upto])
         if len(rows):
-            logical = offset + rows.astype(np.int64)
-            if raw:
-                got = read_unit_records(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
+            logical = req.offset + rows.astype(np.int64)
+            got: list[tuple[RecordColumns, pa.LargeBinaryArray | None]]
+            if req.raw:
+                got = list(_checked(read_unit_records, plan, req, units[rows], logical))
             else:
-                got = [(c, None) for c in read_unit_columns(commitlog, cq, units[rows], logical, **args)]  # type: ignore[arg-type]
+                got = [(c, None) for c in _checked(read_unit_columns, plan, req, units[rows], logical)]
             props = pa.concat_arrays([c.properties for c, _ in got]) if len(got) > 1 else got[0][0].properties
             ok = sql92.mask_properties(props)
             if wanted is not None:  # a tag filter too: the exact tags (a tag hash can collide)
@@ -421,14 +408,6 @@ def _chunks_taken(
         np.concatenate(sizes).astype(np.int64),
         np.concatenate(queue_offsets).astype(np.int64),
     )
-
-
-def _check_disk_limits(disk: object) -> None:
-    if not isinstance(disk, DiskLimits):
-        raise InvalidArgumentError(f"disk must be a DiskLimits or None, got {type(disk).__name__}")
-    int_arg("disk.memory", disk.memory, 0)
-    int_arg("disk.max_count", disk.max_count, 1)
-    int_arg("disk.max_bytes", disk.max_bytes, 1)
 
 
 def _limits(

@@ -1,16 +1,18 @@
-"""What a RocketMQ broker on the wire needs of a store, as methods of the facade
-(:class:`WireAccess`, a base of :class:`rmqlog.MessageStore`): puts as clients send them, the
-arrival signal for held pulls, and the byte-exact reads of ``VIEW_MESSAGE_BY_ID`` (33) and
-``QUERY_MESSAGE`` (12) with the index's last update, and a queue's earliest store time (32).
+"""The broker's face of a store: ``store.wire``, a :class:`WireCalls` (RocketMQ's requests
+name the calls): puts as clients send them, the arrival signal for held pulls, the byte-exact
+reads of ``VIEW_MESSAGE_BY_ID`` (33), the records a broker puts again (send-back,
+transactions), the index's last update of ``QUERY_MESSAGE`` (12), a queue's earliest store
+time (32) and the dispatcher's position.
 
-Each method checks the store is open and calls the part doing the work, as the facade does
-(kept here so the facade stays one screen of calls).
+Each call checks the store is open (writable for a change) and calls the part doing the work.
+Users' calls stay on :class:`rmqlog.MessageStore`; replication's are ``store.replica``
+(:mod:`rmqlog.recovery.replication_calls`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -27,12 +29,11 @@ from ..arguments import (
 )
 from ..errors import (
     CorruptRecordError,
-    IndexDisabledError,
     InvalidArgumentError,
     InvalidMessageError,
     InvalidTopicError,
+    out_of_files_typed,
 )
-from ..index.lookup import messages_by_key, records_by_key
 from ..log.decode import BadRecordError, RecordCheck
 from ..log.encode.arrays import all_equal, first, flat
 from ..log.encode.direct import WireMessage
@@ -46,12 +47,9 @@ from ..paths import topic_problem, validate_topic
 from ..queue.arrival import ArrivalListener
 from ..results import RecordHead, StoredRecords
 from .direct_append import PutRows, dispatch_put, put_direct
-from .replica import ReplicaWriter, replica_read
 
 if TYPE_CHECKING:
-    from ..index.index_service import IndexService
     from ..parts import StoreParts
-    from ..service import ServiceLoop
     from .appender import Appender
     from .reader import QueueReader
 
@@ -112,7 +110,7 @@ def _cluster_arg(cluster: object) -> str | None:
 
 
 def wire_messages_table(messages: Sequence[object]) -> pa.Table:
-    """:meth:`WireAccess.put_messages`' messages as :meth:`WireAccess.put_wire`'s table (the
+    """:meth:`WireCalls.put_messages`' messages as :meth:`WireCalls.put_wire`'s table (the
     vectorized path's input); raises :class:`InvalidMessageError` naming the row and field of
     a message that is not a :class:`WireMessage` or holds a value of the wrong type."""
     rows = []
@@ -177,20 +175,16 @@ def _names(name: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-class WireAccess:
-    """The wire's calls of :class:`rmqlog.MessageStore` (see the module docstring)."""
+@out_of_files_typed  # (as the store's own calls: running out of descriptors is a typed error)
+class WireCalls:
+    """The broker's calls of a store, ``store.wire`` (see the module docstring)."""
 
-    if TYPE_CHECKING:
-        parts: StoreParts
-        appender: Appender
-        reader: QueueReader
-
-        services: ServiceLoop
-
-        def _check_open(self, change: str | None = None) -> None: ...
-        def published_tail(self) -> int: ...
-
-    _replica: ReplicaWriter | None = None
+    def __init__(
+        self, parts: StoreParts, appender: Appender, reader: QueueReader, check_open: Callable[..., None]
+    ) -> None:
+        self._parts, self._appender, self._reader = parts, appender, reader
+        #: raises if the store is closed, or read-only for a call that writes (its name given)
+        self._check_open = check_open
 
     def put_wire(
         self,
@@ -249,7 +243,7 @@ class WireAccess:
         system = bool_arg("system", system)
         wait_flush = bool_arg("wait_flush", wait_flush)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
-        appender = self.appender
+        appender = self._appender
         put, header = wire_table(
             table,
             default_born_host=appender.born_host,
@@ -324,11 +318,11 @@ class WireAccess:
         if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
             raise InvalidArgumentError(f"messages must be a sequence of WireMessage, not {type(messages).__name__}")
         if not messages:
-            tail = self.published_tail()
+            tail = self._parts.published_tail()
             return PutRows([], [], [], 0, tail, tail)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
         rows = put_direct(
-            self.appender,
+            self._appender,
             messages,
             cluster=cluster,
             system=system,
@@ -350,7 +344,7 @@ class WireAccess:
             wait_flush=wait_flush,
         )
         if not result.num_rows:
-            tail = self.published_tail()
+            tail = self._parts.published_tail()
             return PutRows([], [], [], 0, tail, tail, duplicate=True)
         offsets = result.column("commitLogOffset").to_pylist()
         stamp = result.column("storeTimestamp")[0].value // 1000
@@ -360,7 +354,7 @@ class WireAccess:
             result.column("msgId").to_pylist(),
             stamp,
             offsets[0],
-            self.published_tail(),
+            self._parts.published_tail(),
         )
 
     def dispatch_put(self, rows: PutRows) -> bool:
@@ -384,8 +378,8 @@ class WireAccess:
         offset that is not a non-negative int, ``OSError`` when the sync fails."""
         self._check_open("flush_to")
         offset = int_arg("offset", offset, 0, 1 << 62)
-        self.parts.flush_service.flush_to(min(offset, self.published_tail()))
-        return self.parts.flush_service.flushed().offset
+        self._parts.flush_service.flush_to(min(offset, self._parts.published_tail()))
+        return self._parts.flush_service.flushed().offset
 
     def stored_rows(
         self,
@@ -419,15 +413,15 @@ class WireAccess:
         offsets, queue_offsets = long_array_arg("offsets", offsets), long_array_arg("queue_offsets", queue_offsets)
         drop, find = _names("drop", drop), _names("find", find)
         return stored_rows(
-            self.parts,
-            self.published_tail(),
+            self._parts,
+            self._parts.published_tail(),
             offsets,
             topic=topic,
             queue_id=queue_id,
             queue_offsets=queue_offsets,
             drop=drop,
             find=find,
-            crc=self.parts.config.check_crc_on_read,
+            crc=self._parts.config.check_crc_on_read,
         )
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
@@ -442,7 +436,7 @@ class WireAccess:
         self._check_open()
         if callable_arg("callback", callback) is None:
             raise InvalidArgumentError("callback must be callable, got None")
-        return self.parts.dispatcher.on_arrival(callback)
+        return self._parts.dispatcher.on_arrival(callback)
 
     def record_at(self, commit_log_offset: int) -> StoredRecords | None:
         """The record starting at this commitlog offset, byte-exact (``VIEW_MESSAGE_BY_ID``'s
@@ -451,8 +445,8 @@ class WireAccess:
         ``check_crc_on_read``): :class:`CorruptRecordError` for a damaged one."""
         self._check_open()
         commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
-        commitlog = self.parts.commitlog
-        tail = self.published_tail()
+        commitlog = self._parts.commitlog
+        tail = self._parts.published_tail()
         if commit_log_offset < commitlog.min_offset():
             return None
         at = commitlog.record_at(commit_log_offset, tail)
@@ -461,7 +455,7 @@ class WireAccess:
         offsets = np.array([commit_log_offset], np.int64)
         try:
             parts = commitlog.read_stored_records(
-                offsets, check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail
+                offsets, check=RecordCheck(crc=self._parts.config.check_crc_on_read), tail=tail
             )
         except BadRecordError as e:
             raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
@@ -480,17 +474,17 @@ class WireAccess:
         :class:`InvalidArgumentError` for a bad argument."""
         self._check_open()
         commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
-        commitlog = self.parts.commitlog
+        commitlog = self._parts.commitlog
         if commit_log_offset < commitlog.min_offset():
             return None
-        at = commitlog.record_at(commit_log_offset, self.published_tail())
+        at = commitlog.record_at(commit_log_offset, self._parts.published_tail())
         if at is None or at.kind is not ScanKind.RECORD or at.record is None:
             return None
         rec = at.record
         if topic_problem(rec.topic) is not None or not 0 <= rec.queue_id <= JAVA_INT_MAX:
             return None  # a name no queue has: nothing to look up
-        cq = self.parts.consume_queue(rec.topic, rec.queue_id)
-        if not 0 <= rec.queue_offset < self.reader.read_bounds(cq)[1]:
+        cq = self._parts.consume_queue(rec.topic, rec.queue_id)
+        if not 0 <= rec.queue_offset < self._reader.read_bounds(cq)[1]:
             return None
         units = cq.read(rec.queue_offset, 1)
         if len(units) != 1 or int(units["offset"][0]) != commit_log_offset:
@@ -523,124 +517,18 @@ class WireAccess:
 
         self._check_open()
         return wire_records(
-            self.parts,
-            self.published_tail(),
+            self._parts,
+            self._parts.published_tail(),
             long_array_arg("offsets", offsets),
-            crc=self.parts.config.check_crc_on_read,
+            crc=self._parts.config.check_crc_on_read,
         )
-
-    @overload
-    def query_by_key(
-        self,
-        topic: str,
-        key: str,
-        max_count: int = 32,
-        begin_ms: int = 0,
-        end_ms: int | None = None,
-        *,
-        check_crc: bool | None = None,
-        raw: Literal[False] = False,
-    ) -> pa.Table: ...
-    @overload
-    def query_by_key(
-        self,
-        topic: str,
-        key: str,
-        max_count: int = 32,
-        begin_ms: int = 0,
-        end_ms: int | None = None,
-        *,
-        check_crc: bool | None = None,
-        raw: Literal[True],
-    ) -> StoredRecords: ...
-
-    def query_by_key(
-        self,
-        topic: str,
-        key: str,
-        max_count: int = 32,
-        begin_ms: int = 0,
-        end_ms: int | None = None,
-        *,
-        check_crc: bool | None = None,
-        raw: bool = False,
-    ) -> pa.Table | StoredRecords:
-        """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
-        ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
-        ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
-        queryMsgByKey``) through the index files, hash collisions removed
-        (:mod:`rmqlog.index.lookup`). ``raw=True``: the records byte-exact
-        (:class:`StoredRecords`, ``QUERY_MESSAGE``'s body) instead of the message table.
-        Raises :class:`rmqlog.errors.IndexDisabledError` when ``message_index_enable`` is off,
-        :class:`InvalidArgumentError` for a bad argument."""
-        return self._by_key(topic, text_arg("key", key), max_count, begin_ms, end_ms, check_crc, raw, unique=False)
-
-    @overload
-    def query_by_unique_key(
-        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[False] = False
-    ) -> pa.Table: ...
-    @overload
-    def query_by_unique_key(
-        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[True]
-    ) -> StoredRecords: ...
-
-    def query_by_unique_key(
-        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: bool = False
-    ) -> pa.Table | StoredRecords:
-        """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
-        ``queryMsgByUniqueKey``): a table of one row, or none (``raw=True``: its record
-        byte-exact, as :meth:`query_by_key`); errors as :meth:`query_by_key`."""
-        return self._by_key(
-            topic,
-            text_arg("msg_id", msg_id),
-            self.parts.config.max_msgs_num_batch,
-            0,
-            None,
-            check_crc,
-            raw,
-            unique=True,
-        )
-
-    def _by_key(
-        self,
-        topic: str,
-        key: str,
-        max_count: int,
-        begin_ms: int,
-        end_ms: int | None,
-        check_crc: object,
-        raw: object,
-        *,
-        unique: bool,
-    ) -> pa.Table | StoredRecords:
-        self._check_open()
-        validate_topic(topic)
-        crc = self.reader.check_crc(check_crc)
-        lookup = records_by_key if bool_arg("raw", raw) else messages_by_key
-        return lookup(
-            self._index(),
-            self.parts.commitlog,
-            self.published_tail(),
-            topic,
-            key,
-            max_count=max_count,
-            begin_ms=begin_ms,
-            end_ms=end_ms,
-            check_crc=crc,
-            unique=unique,
-        )
-
-    def _index(self) -> IndexService:
-        if self.parts.index_service is None:
-            raise IndexDisabledError("this store has no index (message_index_enable is off)")
-        return self.parts.index_service
 
     def index_last_update(self) -> tuple[int, int]:
         """(``indexLastUpdateTimestamp``, ``indexLastUpdatePhyoffset``) of ``QUERY_MESSAGE``'s
         response: the newest index file's end store time and end commitlog offset, (0, 0)
         without index files. :class:`rmqlog.errors.IndexDisabledError` without an index."""
         self._check_open()
-        return self._index().last_update()
+        return self._reader.index().last_update()
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         """The store time (ms) of the oldest message still in the queue
@@ -648,71 +536,20 @@ class WireAccess:
         self._check_open()
         validate_topic(topic)
         queue_id = queue_id_arg(queue_id)
-        lo, hi = self.reader.bounds(topic, queue_id)
+        lo, hi = self._reader.bounds(topic, queue_id)
         if lo >= hi:
             return -1
-        table = self.reader.read_queue(topic, queue_id, lo, lo + 1, None)
+        table = self._reader.read_queue(topic, queue_id, lo, lo + 1, None)
         if not table.num_rows:  # retention overtook the read: the queue's new first message
-            lo, hi = self.reader.bounds(topic, queue_id)
-            table = self.reader.read_queue(topic, queue_id, lo, lo + 1, None) if lo < hi else table
+            lo, hi = self._reader.bounds(topic, queue_id)
+            table = self._reader.read_queue(topic, queue_id, lo, lo + 1, None) if lo < hi else table
         if not table.num_rows:
             return -1
         return int(table.column("storeTimestamp").cast(pa.int64())[0].as_py()) // 1000
-
-    # ------------------------------------------------------------ replication
-    def replica_read(self, offset: int, max_bytes: int) -> bytes:
-        """A master's side of replication (RocketMQ's HA service): the published commitlog
-        bytes from ``offset``, as stored, at most ``max_bytes``, never past the end of the
-        segment holding ``offset`` nor past the published tail (``b""`` at the tail; a
-        segment's end blank comes as its bytes). Raises
-        :class:`rmqlog.errors.ReplicaOffsetError` for an offset below the commitlog's first
-        offset or past the published tail (:mod:`rmqlog.access.replica`)."""
-        self._check_open()
-        return replica_read(self.parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
 
     def dispatched_offset(self) -> int:
         """How far the consume queues reach: the dispatcher's position (``dispatch.state``,
         read without the dispatch lock: a dispatch in progress may be past it already). The
         published tail minus this is RocketMQ's ``dispatchBehindBytes``."""
         self._check_open()
-        return self.parts.dispatcher.dispatched()[0]
-
-    def commit_log_min_offset(self) -> int:
-        """The commitlog's first offset: the start of its oldest segment (RocketMQ's
-        ``getMinPhyOffset``; 0 until retention deleted a segment)."""
-        self._check_open()
-        return self.parts.commitlog.min_offset()
-
-    def consumer_offset_table(self) -> dict[str, dict[int, int]]:
-        """Every committed consumer offset, ``{"<topic>@<group>": {queue_id: offset}}``
-        (``config/consumerOffset.json``, entries with valid names only): RocketMQ's
-        ``GET_ALL_CONSUMER_OFFSET`` (43), what a slave copies from its master."""
-        self._check_open()
-        return self.parts.consumer_offsets.table()
-
-    def replica_end(self) -> int:
-        """A slave's end: the offset its next :meth:`replica_append` must start at (what a
-        slave reports to its master): the published tail plus the bytes received past it."""
-        self._check_open()
-        return self._replica_writer().end()
-
-    def replica_append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
-        """A slave's side of replication: write a master's commitlog bytes at ``offset``,
-        which must be this store's end (:meth:`replica_end`), within one segment; publish
-        the whole records that pass the checks (magic, lengths, body CRC, PHYSICALOFFSET where
-        they land, QUEUEOFFSET continuing each queue, topic names), with next queue offsets,
-        store time and idempotence markers taken from them; a partial record waits for the
-        next call. Returns the new end. The slave's dispatcher builds its consume queues and
-        index from the records. Raises :class:`rmqlog.errors.ReplicaOffsetError` (nothing
-        written), :class:`rmqlog.errors.ReplicaStreamError` naming the first bad record (the
-        ones before it published, nothing from it on),
-        :class:`rmqlog.errors.DiskFullError` (:mod:`rmqlog.access.replica`)."""
-        self._check_open("replica_append")
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidArgumentError(f"data must be bytes, got {type(data).__name__}")
-        return self._replica_writer().append(int_arg("offset", offset, 0), data)
-
-    def _replica_writer(self) -> ReplicaWriter:
-        if self._replica is None:
-            self._replica = ReplicaWriter(self.parts, self.services, self.appender.disk_guard.check)
-        return self._replica
+        return self._parts.dispatcher.dispatched()[0]

@@ -93,13 +93,13 @@ def resend(s: MessageStore, args: argparse.Namespace) -> int:
             [f"nothing to re-send for {args.group} ({skipped_done} already re-sent)"],
         )
         return NOTHING
-    records, found = s.wire_records(units.column("commitLogOffset").to_numpy())
+    records, found = s.wire.wire_records(units.column("commitLogOffset").to_numpy())
     table, has = resend_table(records)
     no_origin = units.column("queueOffset").to_numpy()[found][~has].tolist()
     topics = dict(Counter(table.column("topic").to_pylist()))
     last = int(units.column("queueOffset")[units.num_rows - 1].as_py())
     if not args.dry_run and table.num_rows:
-        s.put_wire(table, writer=writer, sequence=last)
+        s.wire.put_wire(table, writer=writer, sequence=last)
     report = {
         "group": args.group,
         "resent": table.num_rows,

@@ -3,7 +3,7 @@ from the stored records in one pass over a batch: the broker's own path for the 
 properties, which a user's put may not set (:data:`rmqlog.log.properties.RESERVED_PROPERTIES`).
 
 What RocketMQ's ``SendMessageProcessor.asyncConsumerSendMsgBack`` stores, per message, and what
-:func:`send_back_table` makes from a :meth:`rmqlog.MessageStore.wire_records` row:
+:func:`send_back_table` makes from a :meth:`rmqlog.access.wire.WireCalls.wire_records` row:
 
 (field: the new record)
 - topic, queueId: the caller's (``%RETRY%<group>`` or ``%DLQ%<group>``, queue 0)
@@ -145,12 +145,12 @@ def _check_records(records: object) -> int:
     """The rows of a ``wire_records`` table; :class:`InvalidArgumentError` for anything else."""
     if not isinstance(records, pa.Table):
         raise InvalidArgumentError(
-            f"records must be a pyarrow Table of MessageStore.wire_records, not {type(records).__name__}"
+            f"records must be a pyarrow Table of MessageStore.wire.wire_records, not {type(records).__name__}"
         )
     for name, typ in _RECORD_COLUMNS.items():
         if name not in records.column_names or records.schema.field(name).type != typ:
             raise InvalidArgumentError(
-                f"records must have column {name!r} of type {typ} (MessageStore.wire_records' columns)"
+                f"records must have column {name!r} of type {typ} (MessageStore.wire.wire_records' columns)"
             )
         if records.column(name).null_count:
             raise InvalidArgumentError(f"records column {name!r} holds nulls")
@@ -189,7 +189,7 @@ def _absent_or_blank(values: pa.Array) -> np.ndarray:
 
 def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, delay_level: np.ndarray) -> pa.Table:
     """The records to put (:data:`SEND_BACK_SCHEMA`, ``put_wire``'s columns) for ``records``
-    (rows of :meth:`rmqlog.MessageStore.wire_records`) sent back: to ``topic`` / ``queue_id``
+    (rows of :meth:`rmqlog.access.wire.WireCalls.wire_records`) sent back: to ``topic`` / ``queue_id``
     (one per row), with ``delayLevel`` = ``delay_level`` where it is > 0 (see the module docstring).
     Raises :class:`rmqlog.errors.InvalidArgumentError` for arguments of another shape or type."""
     n = _check_records(records)
@@ -232,7 +232,7 @@ RESEND_DROPPED = (PROPERTY_RETRY_TOPIC, PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PRO
 
 
 def resend_table(records: pa.Table) -> tuple[pa.Table, np.ndarray]:
-    """Dead letters (rows of :meth:`rmqlog.MessageStore.wire_records` of a ``%DLQ%`` queue)
+    """Dead letters (rows of :meth:`rmqlog.access.wire.WireCalls.wire_records` of a ``%DLQ%`` queue)
     back to the topic they were first sent to (their ``RETRY_TOPIC``), as new messages:
     ``reconsumeTimes`` 0, any queue (``queueId`` null: round robin), body, flag, SYSFLAG's
     client bits, born time and host as stored; properties without ``RETRY_TOPIC``, ``DELAY``,

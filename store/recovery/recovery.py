@@ -147,37 +147,8 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     report.published = state.tail if state is not None else None
     report.flushed = flushed.offset if flushed is not None else None
     if not starts:
-        # what a lost log would lose: the flushed position when it is known (past it nothing
-        # was reported flushed, and a power loss before the first flush loses the segments'
-        # names, whatever append.state says, as the walk below tolerates a lost unflushed
-        # tail); the published tail only for a store without a flush position
-        acknowledged = report.flushed if report.flushed is not None else (report.published or 0)
-        if report.flushed == 0 and (report.published or 0) > 0:
-            log.warning(
-                "commitlog %s holds no segment; %d bytes were published but none flushed (a power loss "
-                "before the first flush): the log starts over empty",
-                cl.segments.directory,
-                report.published,
-            )
-        if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
-            msg = (
-                f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
-                f"{'flushed' if report.flushed is not None else 'published'}"
-            )
-            if not repair:
-                raise DataLossError(
-                    msg + "; open with repair=True to start over from an empty log",
-                    path=str(cl.segments.directory),
-                    offset=0,
-                )
-            log.error("repair: %s; the log starts over empty", msg)
-            report.problems.append(msg)
-        report.end = report.log_end = cl.min_offset()
-        if state is None or state.tail != report.end:
-            state, report.state_rebuilt = parts.rebuild_state(report.end), True
-        _finish(parts, report, state, cut=report.end)
+        _recover_empty_log(parts, report, state, repair)
         return report
-
     start = walk_start(parts, abnormal, repair)
     report.walk_start = start
     # ---- the walk: how far whole, valid records reach (W)
@@ -185,8 +156,63 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     w, bad_seg, bad_detail = _walk(parts, start, walked)
     report.log_end = w
     later_data = [s for s in starts if s > cl.segments.segment_start_for(w) and _has_data(parts, s)]
+    end = _acknowledged_end(parts, report, w, bad_seg, bad_detail, later_data, repair)
+    state, end = _state_at_end(parts, report, state, end, start, repair)
+    report.dropped_bytes = _truncate_commitlog(parts, end)
+    # repair: every unit is checked against the walk of the whole log, as after a crash
+    checked = abnormal or repair
+    _finish(parts, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
+    return report
 
-    # ---- the end (E)
+
+def _recover_empty_log(parts: StoreParts, report: RecoveryReport, state: AppendState | None, repair: bool) -> None:
+    """A commitlog without a segment: a new store, or one whose every segment is gone (data
+    loss when anything was acknowledged: refused, or with ``repair`` started over empty)."""
+    cl = parts.commitlog
+    # what a lost log would lose: the flushed position when it is known (past it nothing
+    # was reported flushed, and a power loss before the first flush loses the segments'
+    # names, whatever append.state says, as the walk tolerates a lost unflushed tail); the
+    # published tail only for a store without a flush position
+    acknowledged = report.flushed if report.flushed is not None else (report.published or 0)
+    if report.flushed == 0 and (report.published or 0) > 0:
+        log.warning(
+            "commitlog %s holds no segment; %d bytes were published but none flushed (a power loss "
+            "before the first flush): the log starts over empty",
+            cl.segments.directory,
+            report.published,
+        )
+    if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
+        msg = (
+            f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
+            f"{'flushed' if report.flushed is not None else 'published'}"
+        )
+        if not repair:
+            raise DataLossError(
+                msg + "; open with repair=True to start over from an empty log",
+                path=str(cl.segments.directory),
+                offset=0,
+            )
+        log.error("repair: %s; the log starts over empty", msg)
+        report.problems.append(msg)
+    report.end = report.log_end = cl.min_offset()
+    if state is None or state.tail != report.end:
+        state, report.state_rebuilt = parts.rebuild_state(report.end), True
+    _finish(parts, report, state, cut=report.end)
+
+
+def _acknowledged_end(
+    parts: StoreParts,
+    report: RecoveryReport,
+    w: int,
+    bad_seg: MappedFile | None,
+    bad_detail: str,
+    later_data: list[int],
+    repair: bool,
+) -> int:
+    """The end (E) of the recovered log: the published tail (P) or the flushed position (F)
+    when the walk (W) reaches it, else W; damage below what was acknowledged is refused (or
+    with ``repair`` cut at W), a torn tail past it is cut."""
+    cl = parts.commitlog
     p, f = report.published, report.flushed
     if p is not None and (f or 0) <= p <= w:
         end = p
@@ -219,34 +245,38 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
         log.warning("commitlog: %s at offset %d of %s: a torn tail, cut", bad_detail, w, bad_seg.path)
     # a log whose first segments vanished (a power loss before anything was flushed: the
     # segments' names never reached the disk) starts later than the flushed position
-    end = max(end, cl.min_offset())
-    report.end = end
-    if state is None or state.tail != end:
-        # rebuilt before anything is cut: a rebuild that cannot reach E (a bad record below the
-        # walk's start) must fail the open with nothing changed
-        try:
-            # the walk already checked the CRCs of everything from its start
-            state = parts.rebuild_state(end, check_crc=None if start > cl.min_offset() else False)
-        except (ValueError, pa.ArrowException) as exc:  # lengths and CRC fine, content not decodable
-            raise CorruptStoreError(
-                f"cannot rebuild the append state from the commitlog: {exc}", path=str(cl.segments.directory)
-            ) from exc
-        report.state_rebuilt = True
-        if state.tail != end:
-            msg = f"commitlog damaged at offset {state.tail}, below the recovered end {end}"
-            if not repair:
-                raise DataLossError(
-                    msg + "; open with repair=True to drop everything from there on",
-                    path=str(cl.segments.directory),
-                    offset=state.tail,
-                )
-            report.problems.append(msg)
-            end = report.end = state.tail
-    report.dropped_bytes = _truncate_commitlog(parts, end)
-    # repair: every unit is checked against the walk of the whole log, as after a crash
-    checked = abnormal or repair
-    _finish(parts, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
-    return report
+    report.end = end = max(end, cl.min_offset())
+    return end
+
+
+def _state_at_end(
+    parts: StoreParts, report: RecoveryReport, state: AppendState | None, end: int, start: int, repair: bool
+) -> tuple[AppendState, int]:
+    """The append state at ``end``: the published one, or rebuilt from the log (before anything
+    is cut: a rebuild that cannot reach the end, a bad record below the walk's start, fails
+    the open with nothing changed, or with ``repair`` moves the end down to where it stops)."""
+    if state is not None and state.tail == end:
+        return state, end
+    cl = parts.commitlog
+    try:
+        # the walk already checked the CRCs of everything from its start
+        state = parts.rebuild_state(end, check_crc=None if start > cl.min_offset() else False)
+    except (ValueError, pa.ArrowException) as exc:  # lengths and CRC fine, content not decodable
+        raise CorruptStoreError(
+            f"cannot rebuild the append state from the commitlog: {exc}", path=str(cl.segments.directory)
+        ) from exc
+    report.state_rebuilt = True
+    if state.tail != end:
+        msg = f"commitlog damaged at offset {state.tail}, below the recovered end {end}"
+        if not repair:
+            raise DataLossError(
+                msg + "; open with repair=True to drop everything from there on",
+                path=str(cl.segments.directory),
+                offset=state.tail,
+            )
+        report.problems.append(msg)
+        end = report.end = state.tail
+    return state, end
 
 
 def _fix_segment_sizes(parts: StoreParts, report: RecoveryReport, repair: bool) -> None:

@@ -1,7 +1,9 @@
-"""The facade's calls for failover between a master and its slave (a base of
-:class:`rmqlog.MessageStore`, :class:`ReplicationCalls`), beside the stream's own calls
-(``replica_read``, ``replica_append``, ``replica_end``: :mod:`rmqlog.access.wire`):
+"""Replication's face of a store: ``store.replica``, a :class:`ReplicaCalls` (what
+``rmqnet.ha``, RocketMQ's HA service, and a broker's failover use):
 
+- ``replica_read`` / ``replica_end`` / ``replica_append``: the commitlog's stream from a master
+  to its slaves (:mod:`rmqlog.access.replica`), with ``commit_log_min_offset`` and
+  ``consumer_offset_table`` (what a slave copies);
 - ``replica_truncate`` / ``record_boundary``: an old master come back as a slave cuts what its
   log holds past its new master's (:mod:`rmqlog.recovery.truncate`);
 - ``replication_checkpoint`` / ``set_replication_checkpoint``: how far a slave acknowledged
@@ -10,24 +12,24 @@
   from its master (RocketMQ's ``GET_ALL_DELAY_OFFSET``) so that, promoted, it resumes the
   delay levels where the master was (:mod:`rmqlog.schedule.delay_offsets`).
 
-Each checks the store is open (and writable for a change) and calls the part doing the work,
-as the facade does.
+Each checks the store is open (and writable for a change) and calls the part doing the work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ..access.replica import ReplicaWriter, replica_read
 from ..arguments import JAVA_LONG_MAX, int_arg, optional_int_arg
 from ..durability.replication_checkpoint import ReplicationCheckpointFile
-from ..errors import InvalidArgumentError, StoreBusyError
+from ..errors import InvalidArgumentError, StoreBusyError, out_of_files_typed
 from ..schedule.delay_offsets import FILE_NAME as DELAY_OFFSETS
 from ..schedule.delay_offsets import load_delay_offsets, save_delay_offsets
 from .truncate import record_boundary, truncate_log
 
 if TYPE_CHECKING:
-    from ..access.replica import ReplicaWriter
+    from ..access.appender import Appender
     from ..durability.lock_file import StoreLockFile
     from ..parts import StoreParts
     from ..retention import Retention
@@ -35,18 +37,76 @@ if TYPE_CHECKING:
     from ..service import ServiceLoop
 
 
-class ReplicationCalls:
-    """The failover calls of :class:`rmqlog.MessageStore` (see the module docstring)."""
+@out_of_files_typed  # (as the store's own calls: running out of descriptors is a typed error)
+class ReplicaCalls:
+    """Replication's calls of a store, ``store.replica`` (see the module docstring)."""
 
-    if TYPE_CHECKING:
-        parts: StoreParts
-        services: ServiceLoop
-        scheduler: DelayScheduler
-        retention: Retention
-        _owner: StoreLockFile | None
+    def __init__(
+        self,
+        parts: StoreParts,
+        appender: Appender,
+        services: ServiceLoop,
+        scheduler: DelayScheduler,
+        retention: Retention,
+        check_open: Callable[..., None],
+        owner: Callable[[], StoreLockFile | None],
+    ) -> None:
+        self._parts, self._appender, self._services = parts, appender, services
+        self._scheduler, self._retention = scheduler, retention
+        #: raises if the store is closed, or read-only for a call that writes (its name given)
+        self._check_open = check_open
+        self._owner = owner  # the store's ownership once opened (None: a read-only open)
+        self._replica: ReplicaWriter | None = None
 
-        def _check_open(self, change: str | None = None) -> None: ...
-        def _replica_writer(self) -> ReplicaWriter: ...
+    def replica_read(self, offset: int, max_bytes: int) -> bytes:
+        """A master's side of replication (RocketMQ's HA service): the published commitlog
+        bytes from ``offset``, as stored, at most ``max_bytes``, never past the end of the
+        segment holding ``offset`` nor past the published tail (``b""`` at the tail; a
+        segment's end blank comes as its bytes). Raises
+        :class:`rmqlog.errors.ReplicaOffsetError` for an offset below the commitlog's first
+        offset or past the published tail (:mod:`rmqlog.access.replica`)."""
+        self._check_open()
+        return replica_read(self._parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
+
+    def commit_log_min_offset(self) -> int:
+        """The commitlog's first offset: the start of its oldest segment (RocketMQ's
+        ``getMinPhyOffset``; 0 until retention deleted a segment)."""
+        self._check_open()
+        return self._parts.commitlog.min_offset()
+
+    def consumer_offset_table(self) -> dict[str, dict[int, int]]:
+        """Every committed consumer offset, ``{"<topic>@<group>": {queue_id: offset}}``
+        (``config/consumerOffset.json``, entries with valid names only): RocketMQ's
+        ``GET_ALL_CONSUMER_OFFSET`` (43), what a slave copies from its master."""
+        self._check_open()
+        return self._parts.consumer_offsets.table()
+
+    def replica_end(self) -> int:
+        """A slave's end: the offset its next :meth:`replica_append` must start at (what a
+        slave reports to its master): the published tail plus the bytes received past it."""
+        self._check_open()
+        return self._replica_writer().end()
+
+    def replica_append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """A slave's side of replication: write a master's commitlog bytes at ``offset``,
+        which must be this store's end (:meth:`replica_end`), within one segment; publish
+        the whole records that pass the checks (magic, lengths, body CRC, PHYSICALOFFSET where
+        they land, QUEUEOFFSET continuing each queue, topic names), with next queue offsets,
+        store time and idempotence markers taken from them; a partial record waits for the
+        next call. Returns the new end. The slave's dispatcher builds its consume queues and
+        index from the records. Raises :class:`rmqlog.errors.ReplicaOffsetError` (nothing
+        written), :class:`rmqlog.errors.ReplicaStreamError` naming the first bad record (the
+        ones before it published, nothing from it on),
+        :class:`rmqlog.errors.DiskFullError` (:mod:`rmqlog.access.replica`)."""
+        self._check_open("replica_append")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"data must be bytes, got {type(data).__name__}")
+        return self._replica_writer().append(int_arg("offset", offset, 0), data)
+
+    def _replica_writer(self) -> ReplicaWriter:
+        if self._replica is None:
+            self._replica = ReplicaWriter(self._parts, self._services, self._appender.disk_guard.check)
+        return self._replica
 
     def replica_truncate(self, offset: int) -> int:
         """Cut the commitlog back to the last record boundary at or before ``offset`` (the whole
@@ -71,12 +131,12 @@ class ReplicationCalls:
         rebuild)."""
         self._check_open("replica_truncate")
         offset = int_arg("offset", offset, 0)
-        owner = self._owner
+        owner = self._owner()
         assert owner is not None  # (a writable open store has its ownership)
-        with self.scheduler.paused(), self.retention.paused(), self._replica_writer().paused():
-            report = truncate_log(self.parts, offset, owner)
+        with self._scheduler.paused(), self._retention.paused(), self._replica_writer().paused():
+            report = truncate_log(self._parts, offset, owner)
             if report.dropped:
-                self.scheduler.log_cut()
+                self._scheduler.log_cut()
         return report.end
 
     def record_boundary(self, offset: int) -> int:
@@ -85,10 +145,10 @@ class ReplicationCalls:
         where :meth:`replica_truncate` would cut. Walks the records of ``offset``'s segment
         from its start."""
         self._check_open()
-        return record_boundary(self.parts, int_arg("offset", offset, 0))
+        return record_boundary(self._parts, int_arg("offset", offset, 0))
 
     def _replication_checkpoint_file(self) -> ReplicationCheckpointFile:
-        parts = self.parts
+        parts = self._parts
         return ReplicationCheckpointFile(
             parts.paths.replication_checkpoint_json, parts.config_lock, parts.clock.wall_ms
         )
@@ -115,7 +175,7 @@ class ReplicationCalls:
         ``GET_ALL_DELAY_OFFSET`` answer. Raises :class:`rmqlog.errors.CorruptStoreError` naming
         the file when neither it nor its ``.bak`` can be read."""
         self._check_open()
-        return load_delay_offsets(self.parts.paths.config_dir / DELAY_OFFSETS)
+        return load_delay_offsets(self._parts.paths.config_dir / DELAY_OFFSETS)
 
     def set_delay_offsets(self, offsets: Mapping[int, int]) -> None:
         """Replace ``config/delayOffset.json`` with ``offsets`` (level, an int in ``[1, 2**31)``
@@ -131,12 +191,12 @@ class ReplicationCalls:
             int_arg("delay level", level, 1, (1 << 31) - 1): int_arg("delay offset", offset, 0, JAVA_LONG_MAX)
             for level, offset in offsets.items()
         }
-        if self.scheduler in self.services.services:
+        if self._scheduler in self._services.services:
             raise StoreBusyError(
                 "set_delay_offsets is for a store whose scheduler does not run (a slave's); this "
                 "store's scheduler runs",
-                path=str(self.parts.paths.root),
+                path=str(self._parts.paths.root),
                 holders=[],
             )
-        with self.scheduler.paused():
-            save_delay_offsets(self.parts.paths.config_dir / DELAY_OFFSETS, table)
+        with self._scheduler.paused():
+            save_delay_offsets(self._parts.paths.config_dir / DELAY_OFFSETS, table)

@@ -1,4 +1,4 @@
-"""Cutting an open store's commitlog back to a record boundary (``MessageStore.replica_truncate``):
+"""Cutting an open store's commitlog back to a record boundary (``MessageStore.replica.replica_truncate``):
 a replication slave whose log holds records its new master does not (an old master come back
 as a slave of the slave promoted in its place) drops them before it replicates.
 

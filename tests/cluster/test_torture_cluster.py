@@ -79,10 +79,10 @@ def _deployment(work: Path, replicated: int) -> list[tuple[str, int]]:
         m.dispatch()
         props = m.get_messages("t", tc.TOPIC, 0, 0).messages.column("properties").to_pylist()
         ends = [*offsets[1:], m.published_tail()]
-        data = m.replica_read(0, ends[replicated - 1]) if replicated else b""
+        data = m.replica.replica_read(0, ends[replicated - 1]) if replicated else b""
     with rmqlog.MessageStore.open(work / "slave", CONFIG) as s:
         if data:
-            s.replica_append(0, data)
+            s.replica.replica_append(0, data)
         s.dispatch()
     return [(dict(p)["UNIQ_KEY"], off) for p, off in zip(props, offsets, strict=True)]
 

@@ -55,6 +55,11 @@ class RecordingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
+    @property
+    def wire(self) -> Any:
+        """The broker's face: this double's puts and flushes, the real store's other calls."""
+        return _RecordingWire(self)
+
     def put_messages(
         self,
         messages: list[rmqlog.WireMessage],
@@ -121,6 +126,18 @@ class RecordingStore:
             self.flush_gate.wait()
         self.flushes += 1
         return self._offset
+
+
+class _RecordingWire:
+    RECORDED = ("put_messages", "put_wire", "dispatch_put", "flush_to")
+
+    def __init__(self, recording: RecordingStore) -> None:
+        self._recording = recording
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.RECORDED:
+            return getattr(self._recording, name)
+        return getattr(self._recording._store.wire, name)
 
 
 def _stored_properties(text: str | None, cluster: str) -> str:

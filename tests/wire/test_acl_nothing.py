@@ -148,7 +148,7 @@ def tables(b: Broker) -> Any:
             "transactions": (dict(b.transactions.resolved), b.transactions.committed, b.transactions.rolled_back),
             "send_back": (b.send_back.retried, b.send_back.dead),
             "config": b.config,
-            "delay": b.store.delay_offsets(),
+            "delay": b.store.replica.delay_offsets(),
             "tail": b.store.published_tail(),
         }
     )

@@ -133,7 +133,7 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Broker]:
         tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=clock
     ) as store:
         store.create_topic("%RETRY%H_T", 1)
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {"topic": ["%RETRY%H_T"], "queueId": [0], "body": [b"H's retry"], "properties": ["TAGS\x01a\x02"]}
             ),

@@ -63,7 +63,7 @@ def broker(store: rmqlog.MessageStore) -> Broker:
 
 def put(store: rmqlog.MessageStore, topic: str, body: bytes = b"secret") -> int:
     """One message stored and dispatched; its commitlog offset."""
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": [topic],

@@ -50,7 +50,7 @@ def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0, group: str |
     n = len(bodies)
     extra = f"__SHARDINGKEY\x01{group}\x02" if group else ""
     props = [f"TAGS\x01TagA\x02UNIQ_KEY\x01ID{i:04d}{b.decode()}\x02{extra}" for i, b in enumerate(bodies)]
-    store.put_wire(
+    store.wire.put_wire(
         pa.table({"topic": ["T1"] * n, "queueId": [queue] * n, "body": list(bodies), "properties": props}),
         dispatch=True,
     )

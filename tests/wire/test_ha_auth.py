@@ -257,7 +257,7 @@ def test_a_slave_of_ours_with_the_cluster_credentials_replicates(tmp_path: Path,
         for i in range(3):
             res = await _send(master, b"sync-%d" % i, opaque=i)
             assert res.code == ResponseCode.SUCCESS, res.remark
-            assert slave.store.replica_end() >= master.store.published_tail()
+            assert slave.store.replica.replica_end() >= master.store.published_tail()
         assert master.replication.server.refused == 0
         await master.replication.close()
         await slave.replication.close()
@@ -283,7 +283,7 @@ def test_a_slave_of_ours_without_valid_credentials_gets_nothing(tmp_path: Path, 
             assert "closed the connection" in client.last_error
         else:
             assert "refused this slave" in client.last_error, client.last_error
-        assert slave.store.replica_end() == 0
+        assert slave.store.replica.replica_end() == 0
         assert master.replication.server.refused == 1 and master.replication.server.connection_count() == 0
         await client.close()
         await master.replication.close()
@@ -314,7 +314,7 @@ def test_the_allow_list_admits_a_rocketmq_slave_and_no_other_address(tmp_path: P
         slave.run_services()
         await master.replication.server.slave_reported.wait()
         assert (await _send(master, b"held", opaque=2)).code == ResponseCode.SUCCESS
-        assert slave.store.replica_end() >= master.store.published_tail()
+        assert slave.store.replica.replica_end() >= master.store.published_tail()
         await master.replication.close()
         await slave.replication.close()
 

@@ -66,9 +66,9 @@ async def _slave_of(master: Broker, slave: Broker) -> HAClient:
 
 
 async def _caught_up(client: HAClient, slave: Broker, master: Broker) -> None:
-    while slave.store.replica_end() < master.store.published_tail():
+    while slave.store.replica.replica_end() < master.store.published_tail():
         client.progress.clear()
-        if slave.store.replica_end() >= master.store.published_tail():
+        if slave.store.replica.replica_end() >= master.store.published_tail():
             return
         await client.progress.wait()
 
@@ -83,7 +83,7 @@ def test_sync_master_answers_once_the_slave_holds_it(tmp_path: Path) -> None:
             res = await _send(master, b"sync-%d" % i, opaque=i)
             assert res.code == ResponseCode.SUCCESS, res.remark
             # answered SEND_OK: the slave already holds every byte of it
-            assert slave.store.replica_end() >= master.store.published_tail()
+            assert slave.store.replica.replica_end() >= master.store.published_tail()
             assert res.ext_fields["msgId"]
         await client.close()
         await master.replication.close()
@@ -302,7 +302,7 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
     master.store.create_topic("TopicC", 2)
     master.consumer_offsets.commit("G1", "TopicB", 5, 17)
     master.consumer_offsets.commit("G2", "TopicC", 0, 3)
-    master.store.set_delay_offsets({1: 4, 3: 0, 18: 12})  # (as the master's scheduler leaves them)
+    master.store.replica.set_delay_offsets({1: 4, 3: 0, 18: 12})  # (as the master's scheduler leaves them)
     asked: list[int] = []
 
     async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
@@ -333,10 +333,10 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
             RequestCode.GET_ALL_DELAY_OFFSET,
         ]
         assert sync.rounds == 1 and sync.last_error is None
-        assert slave.store.delay_offsets() == {1: 4, 3: 0, 18: 12}
+        assert slave.store.replica.delay_offsets() == {1: 4, 3: 0, 18: 12}
         assert sync.run_once(start + FIRST_DELAY_MS + PERIOD_MS) is None  # the next round: 10 s on
         master.consumer_offsets.commit("G1", "TopicB", 5, 20)
-        master.store.set_delay_offsets({1: 5, 3: 0, 18: 12})
+        master.store.replica.set_delay_offsets({1: 5, 3: 0, 18: 12})
         task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
         assert task is not None
         await task
@@ -351,7 +351,7 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
     slave.state.persist_all()  # the slave's own schedule: its consumerOffset.json
     assert slave.store.committed_offset("G1", "TopicB", 5) == 20
     assert slave.store.committed_offset("G2", "TopicC", 0) == 3
-    assert slave.store.delay_offsets() == {1: 5, 3: 0, 18: 12}
+    assert slave.store.replica.delay_offsets() == {1: 5, 3: 0, 18: 12}
     master.store.close()
     slave.store.close()
 
@@ -360,7 +360,7 @@ def test_a_master_without_delay_offsets_leaves_the_slaves_file(tmp_path: Path) -
     """A RocketMQ master answers 45 with SYSTEM_ERROR "No delay offset in this broker" when it
     has none: the round goes on, the slave's file stays as it is."""
     slave = _broker(tmp_path / "s", "SLAVE")
-    slave.store.set_delay_offsets({2: 7})
+    slave.store.replica.set_delay_offsets({2: 7})
 
     async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         if req.code == RequestCode.GET_ALL_DELAY_OFFSET:
@@ -376,7 +376,7 @@ def test_a_master_without_delay_offsets_leaves_the_slaves_file(tmp_path: Path) -
         await sync.close()
 
     _run(body)
-    assert slave.store.delay_offsets() == {2: 7}
+    assert slave.store.replica.delay_offsets() == {2: 7}
     slave.store.close()
 
 

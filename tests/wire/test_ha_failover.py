@@ -92,7 +92,7 @@ def test_a_promoted_slave_continues_queues_markers_and_deliveries(tmp_path: Path
     m.put("T", b"timed-waiting", deliver_time_ms=clock.wall_ms() + 120_000)
     clock.advance(5_000)
     assert m.deliver_due() == 4
-    offsets_before = m.delay_offsets()
+    offsets_before = m.replica.delay_offsets()
     assert offsets_before.get(1) == 3
 
     async def body() -> None:
@@ -104,9 +104,9 @@ def test_a_promoted_slave_continues_queues_markers_and_deliveries(tmp_path: Path
         client = slave.replication.client
         client.set_master(master.replication.ha_server_addr)
         slave.run_services()
-        while slave.store.replica_end() < m.published_tail():
+        while slave.store.replica.replica_end() < m.published_tail():
             client.progress.clear()
-            if slave.store.replica_end() < m.published_tail():
+            if slave.store.replica.replica_end() < m.published_tail():
                 await client.progress.wait()
         sync = slave.slave_sync
 
@@ -115,7 +115,7 @@ def test_a_promoted_slave_continues_queues_markers_and_deliveries(tmp_path: Path
 
         sync.invoke = invoke
         await sync.sync_all("master")
-        assert sync.last_error is None and slave.store.delay_offsets() == offsets_before
+        assert sync.last_error is None and slave.store.replica.delay_offsets() == offsets_before
         await master.replication.close()
         await slave.replication.close()
         await sync.close()

@@ -129,9 +129,9 @@ def _fill(store: rmqlog.MessageStore, rounds: int, seed: int) -> None:
 
 def _copy(src: rmqlog.MessageStore, dst: rmqlog.MessageStore) -> None:
     """Replicate ``src``'s whole log into ``dst`` (as an HA session would)."""
-    end = dst.replica_end()
+    end = dst.replica.replica_end()
     while end < src.published_tail():
-        end = dst.replica_append(end, src.replica_read(end, 1 << 20))
+        end = dst.replica.replica_append(end, src.replica.replica_read(end, 1 << 20))
 
 
 def _log_bytes(root: Path, upto: int) -> bytes:
@@ -155,7 +155,7 @@ async def _rejoin(
 
 
 def _caught_up(old: rmqlog.MessageStore, new: rmqlog.MessageStore) -> Callable[[], bool]:
-    return lambda: old.replica_end() == new.published_tail() and old.replication_checkpoint() is None
+    return lambda: old.replica.replica_end() == new.published_tail() and old.replica.replication_checkpoint() is None
 
 
 @pytest.mark.parametrize("acked", ["at_the_end", "lagging"])
@@ -166,7 +166,7 @@ def test_diverged_tail_is_cut_and_the_logs_end_identical(tmp_path: Path, acked: 
     _fill(old, 30, seed=1)
     _copy(old, new)
     shared = old.published_tail()
-    old.set_replication_checkpoint(shared if acked == "at_the_end" else shared // 2 + 5)  # (mid-record)
+    old.replica.set_replication_checkpoint(shared if acked == "at_the_end" else shared // 2 + 5)  # (mid-record)
     _fill(old, 12, seed=2)  # acknowledged to nobody: the promoted slave never got them
     _fill(new, 15, seed=3)  # the promoted slave's own
     old_tail = old.published_tail()
@@ -194,7 +194,7 @@ def test_diverged_tail_is_cut_and_the_logs_end_identical(tmp_path: Path, acked: 
                 old.read_queue(t, q, 0, 10_000).column("body").to_pylist()
                 == new.read_queue(t, q, 0, 10_000).column("body").to_pylist()
             )
-    assert old.replication_checkpoint() is None
+    assert old.replica.replication_checkpoint() is None
     old.close()
     new.close()
 
@@ -205,7 +205,7 @@ def test_a_byte_differing_inside_a_record_cuts_at_the_records_start(tmp_path: Pa
     old = _open(tmp_path / "old")
     _fill(old, 30, seed=1)
     start, end = SEG + 5, old.published_tail()
-    a = old.record_boundary(start)
+    a = old.replica.record_boundary(start)
     records = [r for r in rc.walk_commitlog(str(tmp_path / "old" / "commitlog"), SEG) if r.physical_offset > a]
     victim = records[len(records) // 2]
     master = bytearray(_log_bytes(tmp_path / "old", end))
@@ -215,7 +215,7 @@ def test_a_byte_differing_inside_a_record_cuts_at_the_records_start(tmp_path: Pa
     def local(offset: int, n: int) -> bytes:
         out = b""
         while len(out) < n:
-            out += old.replica_read(offset + len(out), n - len(out))
+            out += old.replica.replica_read(offset + len(out), n - len(out))
         return out
 
     verdict = None
@@ -223,7 +223,7 @@ def test_a_byte_differing_inside_a_record_cuts_at_the_records_start(tmp_path: Pa
         if verdict is None:
             verdict = v.feed([t], local)
     assert verdict is not None and not verdict.matched and verdict.offset == victim.physical_offset + 17
-    assert old.replica_truncate(verdict.offset) == victim.physical_offset
+    assert old.replica.replica_truncate(verdict.offset) == victim.physical_offset
     assert old.published_tail() == victim.physical_offset
     old.dispatch()
     assert old.verify().problems == []
@@ -236,7 +236,7 @@ def test_nothing_diverged_nothing_is_cut(tmp_path: Path) -> None:
     old, new = _open(tmp_path / "old"), _open(tmp_path / "new")
     _fill(old, 30, seed=1)
     _copy(old, new)
-    old.set_replication_checkpoint(SEG + 17)
+    old.replica.set_replication_checkpoint(SEG + 17)
     _fill(new, 10, seed=3)
 
     async def body() -> None:
@@ -260,7 +260,7 @@ def test_master_shorter_the_old_masters_tail_goes(tmp_path: Path) -> None:
     _fill(old, 20, seed=1)
     _copy(old, new)
     shared = old.published_tail()
-    old.set_replication_checkpoint(shared)
+    old.replica.set_replication_checkpoint(shared)
     _fill(old, 5, seed=2)
 
     async def body() -> None:
@@ -270,7 +270,7 @@ def test_master_shorter_the_old_masters_tail_goes(tmp_path: Path) -> None:
         assert client.cuts[0][0] == shared
         _fill(new, 5, seed=3)  # then it writes: replicated as usual
         server.notify_appended()
-        await _rejoin(old, "", lambda: old.replica_end() == new.published_tail(), client)
+        await _rejoin(old, "", lambda: old.replica.replica_end() == new.published_tail(), client)
         await client.close()
         await server.stop()
 
@@ -285,7 +285,7 @@ def test_a_whole_log_below_the_checkpoint_is_not_compared(tmp_path: Path) -> Non
     old, new = _open(tmp_path / "old"), _open(tmp_path / "new")
     _fill(old, 10, seed=1)
     _copy(old, new)
-    old.set_replication_checkpoint(old.published_tail() + 1000)  # (a slave acknowledged all of it)
+    old.replica.set_replication_checkpoint(old.published_tail() + 1000)  # (a slave acknowledged all of it)
     _fill(new, 5, seed=3)
 
     async def body() -> None:
@@ -311,9 +311,9 @@ def test_as_a_java_master_streams(tmp_path: Path) -> None:
     _copy(old, new)
     shared = new.published_tail()
     _fill(old, 6, seed=2)
-    old.set_replication_checkpoint(shared - 1)  # a slave acknowledged all but the last byte of a record
-    boundary = old.record_boundary(shared - 1)
-    assert shared - 1024 < boundary < shared and old.record_at(boundary) is not None  # the last record's start
+    old.replica.set_replication_checkpoint(shared - 1)  # a slave acknowledged all but the last byte of a record
+    boundary = old.replica.record_boundary(shared - 1)
+    assert shared - 1024 < boundary < shared and old.wire.record_at(boundary) is not None  # the last record's start
     old_tail = old.published_tail()
 
     async def body() -> None:
@@ -328,7 +328,7 @@ def test_as_a_java_master_streams(tmp_path: Path) -> None:
             await reports.put((me, pos))
             tail = new.published_tail()
             while pos < tail:  # getCommitLogData(nextTransferFromWhere), at most haTransferBatchSize
-                data = bytes(new.replica_read(pos, min(32768, tail - pos)))
+                data = bytes(new.replica.replica_read(pos, min(32768, tail - pos)))
                 writer.write(struct.pack(">qi", pos, len(data)) + data)  # putLong, putInt
                 pos += len(data)
             writer.write(struct.pack(">qi", pos, 0))  # idle past haSendHeartbeatInterval
@@ -370,24 +370,24 @@ def test_the_master_records_acknowledgements_as_the_checkpoint(tmp_path: Path) -
         client = HAClient(slave, f"127.0.0.1:{port}", clock=clock)
         client.run_once(clock.wall_ms())
         assert await server.wait_for_replica(master.published_tail(), GUARD_S)
-        assert master.replication_checkpoint() is None
-        assert server.run_once(10_000) == 0 and master.replication_checkpoint() == master.published_tail()
+        assert master.replica.replication_checkpoint() is None
+        assert server.run_once(10_000) == 0 and master.replica.replication_checkpoint() == master.published_tail()
         first = master.published_tail()
         _fill(master, 5, seed=2)
         server.notify_appended()
         assert await server.wait_for_replica(master.published_tail(), GUARD_S)
         server.run_once(10_500)  # within the second: not yet
-        assert master.replication_checkpoint() == first
+        assert master.replica.replication_checkpoint() == first
         server.run_once(11_000)
-        assert master.replication_checkpoint() == master.published_tail()
+        assert master.replica.replication_checkpoint() == master.published_tail()
         _fill(master, 5, seed=3)
         server.notify_appended()
         assert await server.wait_for_replica(master.published_tail(), GUARD_S)
         await client.close()
         await server.stop()  # recorded at stop
-        assert master.replication_checkpoint() == master.published_tail()
+        assert master.replica.replication_checkpoint() == master.published_tail()
 
     run(body)
-    assert slave.replication_checkpoint() is None  # (a slave records none)
+    assert slave.replica.replication_checkpoint() is None  # (a slave records none)
     master.close()
     slave.close()

@@ -66,9 +66,9 @@ async def _read_transfer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def _await_end(client: HAClient, store: rmqlog.MessageStore, target: int) -> None:
-    while store.replica_end() < target:
+    while store.replica.replica_end() < target:
         client.progress.clear()
-        if store.replica_end() >= target:
+        if store.replica.replica_end() >= target:
             return
         await client.progress.wait()
 
@@ -121,7 +121,7 @@ def test_slave_reports_and_appends_as_java_master_sends(tmp_path: Path) -> None:
             writer.write(struct.pack(">qi", pos, 0))  # a heartbeat first
             while pos < tail:
                 n = min(32768, tail - pos, SEG - pos % SEG)
-                data = bytes(master.replica_read(pos, n))
+                data = bytes(master.replica.replica_read(pos, n))
                 writer.write(struct.pack(">qi", pos, len(data)) + data)
                 pos += len(data)
             await writer.drain()
@@ -240,10 +240,10 @@ def test_foreign_stream_refused_nothing_appended(tmp_path: Path) -> None:
     _fill(master, 6)
     _fill(other, 6, seed=9)
     good_end = master.published_tail()
-    while slave.replica_end() < good_end:
-        at = slave.replica_end()
-        slave.replica_append(at, master.replica_read(at, 32768))
-    foreign = other.replica_read(0, 2000)
+    while slave.replica.replica_end() < good_end:
+        at = slave.replica.replica_end()
+        slave.replica.replica_append(at, master.replica.replica_read(at, 32768))
+    foreign = other.replica.replica_read(0, 2000)
 
     async def body() -> None:
         sessions: asyncio.Queue[int] = asyncio.Queue()
@@ -274,7 +274,7 @@ def test_foreign_stream_refused_nothing_appended(tmp_path: Path) -> None:
         await srv.wait_closed()
 
     run(body)
-    assert slave.published_tail() == good_end == slave.replica_end()
+    assert slave.published_tail() == good_end == slave.replica.replica_end()
     assert _log_bytes(tmp_path / "s", good_end) == _log_bytes(tmp_path / "m", good_end)
     assert not any((tmp_path / "s" / "commitlog" / f"{good_end // SEG * SEG:020d}").read_bytes()[good_end % SEG :])
     for s in (master, other, slave):

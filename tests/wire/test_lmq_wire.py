@@ -223,7 +223,7 @@ def test_pop_of_an_lmq_hands_out_its_offsets_and_redelivers_through_the_retry_to
     config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
     with rmqlog.MessageStore.open(tmp_path / "s", config, clock=clock) as store:
         store.create_topic("T", 2)
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {
                     "topic": ["T"] * 3,
@@ -257,7 +257,7 @@ def test_a_broker_never_stores_lmqs_as_topics(tmp_path: Path) -> None:
     config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
     with rmqlog.MessageStore.open(tmp_path / "s", config) as store:
         store.create_topic("T", 2)
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {"topic": ["T"], "queueId": [0], "body": [b"a"], "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"]}
             ),
@@ -265,7 +265,7 @@ def test_a_broker_never_stores_lmqs_as_topics(tmp_path: Path) -> None:
         )
         assert "%LMQ%a" in store.topics()  # its consume queue, on disk
         broker = make_broker(store)  # at start: topics found from consume queues only are adopted, LMQs not
-        store.put_wire(
+        store.wire.put_wire(
             pa.table(
                 {"topic": ["T"], "queueId": [1], "body": [b"b"], "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%b\x02"]}
             ),

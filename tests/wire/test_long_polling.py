@@ -224,7 +224,7 @@ def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker
 
     async def go() -> None:
         fut = held(broker, pull_req(0))
-        broker.store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"A"]}))  # not dispatched
+        broker.store.wire.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"A"]}))  # not dispatched
         broker.holds.notify_arrival("T", 0, 0)
         assert not fut.done()  # (nothing past the held offset)
         broker.store.dispatch()  # the store's signal, on this thread
@@ -235,7 +235,7 @@ def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker
 
 
 def test_the_store_dispatcher_wakes_held_pulls(broker: Any) -> None:
-    """No hand-made notify: the store's arrival signal (``MessageStore.on_arrival``, which
+    """No hand-made notify: the store's arrival signal (``MessageStore.wire.on_arrival``, which
     the broker subscribes its hold service to) wakes the held pull when a put is dispatched."""
 
     async def go() -> None:

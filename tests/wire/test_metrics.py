@@ -154,7 +154,7 @@ def test_every_series_carries_the_common_labels_and_the_storage_figures(broker: 
     disk = {"storage_type": "local", "storage_medium": "disk"}
     assert value(page, "rocketmq_storage_size", **disk) > 0
     tail = broker.store.published_tail()
-    assert value(page, "rocketmq_storage_dispatch_behind_bytes", **disk) == tail - broker.store.dispatched_offset()
+    assert value(page, "rocketmq_storage_dispatch_behind_bytes", **disk) == tail - broker.store.wire.dispatched_offset()
     assert value(page, "rocketmq_storage_flush_behind_bytes", **disk) == tail - broker.store.flushed_offset()
     assert value(page, "rocketmq_processor_watermark", processor="send") == 0
 

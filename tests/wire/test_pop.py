@@ -39,7 +39,7 @@ def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageS
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0, tags: str = "TagA") -> None:
     n = len(bodies)
-    store.put_wire(
+    store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T"] * n,

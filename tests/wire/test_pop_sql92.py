@@ -55,7 +55,7 @@ def put(store: rmqlog.MessageStore, *numbers: int) -> None:
     """One message per number on queue 0: body ``m<i>``, property ``i``; ``color=red`` on the even."""
     props = [f"TAGS\x01TagA\x02i\x01{i}\x02" + ("color\x01red\x02" if i % 2 == 0 else "") for i in numbers]
     n = len(numbers)
-    store.put_wire(
+    store.wire.put_wire(
         pa.table(
             {"topic": ["T"] * n, "queueId": [0] * n, "body": [f"m{i}".encode() for i in numbers], "properties": props}
         ),

@@ -44,7 +44,7 @@ def broker(store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> Broker:
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0) -> None:
     n = len(bodies)
-    store.put_wire(
+    store.wire.put_wire(
         pa.table(
             {"topic": ["T"] * n, "queueId": [queue] * n, "body": list(bodies), "properties": ["TAGS\x01TagA\x02"] * n}
         ),

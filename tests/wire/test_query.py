@@ -71,7 +71,7 @@ def test_query_by_key_body_is_the_stored_records(broker: Any) -> None:
     res = call(broker, query_req("T", "k1"))
     assert res.code == ResponseCode.SUCCESS and isinstance(res.body, list)
     assert res.body_bytes() == stored(broker, [recs[0], recs[2]])
-    ts, phy = broker.store.index_last_update()  # the newest index file's end, as Java reports it
+    ts, phy = broker.store.wire.index_last_update()  # the newest index file's end, as Java reports it
     assert (int(res.ext_fields["indexLastUpdateTimestamp"]), int(res.ext_fields["indexLastUpdatePhyoffset"])) == (
         ts,
         phy,

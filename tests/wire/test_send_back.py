@@ -35,7 +35,7 @@ def store(tmp_path: Path) -> Iterator[rmqlog.MessageStore]:
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, sys_flag: int = 0, reconsume: int = 0) -> list[dict[str, Any]]:
     n = len(bodies)
-    res = store.put_wire(
+    res = store.wire.put_wire(
         pa.table(
             {
                 "topic": ["T"] * n,
@@ -163,8 +163,8 @@ def test_send_backs_arriving_together_are_one_read_and_one_put(
     broker = make_broker(store)
     calls: list[str] = []
     for name in ("wire_records", "put_wire"):
-        real = getattr(store, name)
-        monkeypatch.setattr(store, name, lambda *a, _r=real, _n=name, **k: (calls.append(_n), _r(*a, **k))[1])
+        real = getattr(store.wire, name)
+        monkeypatch.setattr(store.wire, name, lambda *a, _r=real, _n=name, **k: (calls.append(_n), _r(*a, **k))[1])
     replies = run(
         broker, FakePeer(), *[back(m["commitLogOffset"], group=f"G{i % 3}", opaque=i) for i, m in enumerate(ms)]
     )
@@ -239,7 +239,7 @@ def test_a_store_error_is_mapped_and_nothing_is_stored(
     def full(*_a: Any, **_k: Any) -> Any:
         raise rmqlog.DiskFullError("disk full (test)")
 
-    monkeypatch.setattr(store, "put_wire", full)
+    monkeypatch.setattr(store.wire, "put_wire", full)
     (r,) = run(broker, FakePeer(), back(m["commitLogOffset"]))
     assert r is not None and r.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk full (test)" in (r.remark or "")
     monkeypatch.undo()
@@ -249,14 +249,14 @@ def test_a_store_error_is_mapped_and_nothing_is_stored(
 def test_a_damaged_record_fails_only_its_request(store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = put(store, b"good", b"bad")
     broker = make_broker(store)
-    real = store.wire_records
+    real = store.wire.wire_records
 
     def damaged(offsets: Any) -> Any:
         if b["commitLogOffset"] in np.asarray(offsets).tolist():
             raise rmqlog.CorruptRecordError("damaged commitlog record: body CRC mismatch", offset=b["commitLogOffset"])
         return real(offsets)
 
-    monkeypatch.setattr(store, "wire_records", damaged)
+    monkeypatch.setattr(store.wire, "wire_records", damaged)
     ra, rb = run(broker, FakePeer(), back(a["commitLogOffset"], opaque=1), back(b["commitLogOffset"], opaque=2))
     assert code(ra) == ResponseCode.SUCCESS
     assert rb is not None and rb.code == ResponseCode.SYSTEM_ERROR and "CorruptRecordError" in (rb.remark or "")

@@ -35,16 +35,16 @@ def bodies(store: rmqlog.MessageStore, queue_id: int) -> list[bytes]:
 
 def test_put_wire_with_a_writer_is_idempotent(store: rmqlog.MessageStore) -> None:
     rows = pa.table({"topic": ["T", "T"], "queueId": [0, 0], "body": [b"a", b"b"]})
-    assert store.put_wire(rows, writer="w/0", sequence=7).num_rows == 2
-    assert store.put_wire(rows, writer="w/0", sequence=7).num_rows == 0  # a replay: nothing
-    assert store.put_wire(rows, writer="w/0", sequence=3).num_rows == 0  # older: nothing
-    assert store.put_wire(rows, writer="w/1", sequence=7).num_rows == 2  # another writer
+    assert store.wire.put_wire(rows, writer="w/0", sequence=7).num_rows == 2
+    assert store.wire.put_wire(rows, writer="w/0", sequence=7).num_rows == 0  # a replay: nothing
+    assert store.wire.put_wire(rows, writer="w/0", sequence=3).num_rows == 0  # older: nothing
+    assert store.wire.put_wire(rows, writer="w/1", sequence=7).num_rows == 2  # another writer
     assert store.writer_sequence("w/0") == 7
     assert bodies(store, 0) == [b"a", b"b", b"a", b"b"]
     with pytest.raises(rmqlog.InvalidMessageError, match="writer"):
-        store.put_wire(rows, writer="", sequence=1)
+        store.wire.put_wire(rows, writer="", sequence=1)
     with pytest.raises(rmqlog.InvalidMessageError, match="sequence"):
-        store.put_wire(rows, writer="w/0", sequence=-1)
+        store.wire.put_wire(rows, writer="w/0", sequence=-1)
 
 
 def test_marker_fields_are_read_leniently_and_checked() -> None:

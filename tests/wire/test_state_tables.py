@@ -558,7 +558,7 @@ def test_a_topic_found_from_the_log_grows_with_the_queues_that_get_units(
         other.create_topic("Found", 4)
 
         def put(queue_id: int) -> None:
-            other.put_wire(
+            other.wire.put_wire(
                 pa.table({"topic": ["Found"], "queueId": pa.array([queue_id], pa.int32()), "body": [b"x"]}),
                 dispatch=True,
             )

@@ -153,13 +153,13 @@ def test_ends_arriving_together_are_one_store_put(store: rmqlog.MessageStore) ->
     broker = broker_over(store)
     halves = [send_half(broker, f"U{i}", f"b{i}".encode(), queue_id=i % 4) for i in range(40)]
     puts: list[int] = []
-    real_put = store.put_wire
+    real_put = store.wire.put_wire
 
     def counting(table: Any, **kw: Any) -> Any:
         puts.append(table.num_rows)
         return real_put(table, **kw)
 
-    store.put_wire = counting  # type: ignore[method-assign]
+    store.wire.put_wire = counting  # type: ignore[method-assign]
     replies = run(
         broker,
         FakePeer(),
@@ -287,10 +287,10 @@ def test_the_put_is_all_or_nothing_when_the_store_fails(store: rmqlog.MessageSto
     def full(table: Any, **kw: Any) -> Any:
         raise rmqlog.DiskFullError("disk full")
 
-    real = store.put_wire
-    store.put_wire = full  # type: ignore[method-assign]
+    real = store.wire.put_wire
+    store.wire.put_wire = full  # type: ignore[method-assign]
     (a,) = run(broker, FakePeer(), end_request(r, COMMIT))
-    store.put_wire = real  # type: ignore[method-assign]
+    store.wire.put_wire = real  # type: ignore[method-assign]
     assert a is not None and a.code == ResponseCode.SERVICE_NOT_AVAILABLE
     (b,) = run(broker, FakePeer(), end_request(r, COMMIT))  # the retry commits it
     assert b is not None and b.code == ResponseCode.SUCCESS and b.remark is None

@@ -1,5 +1,5 @@
 """A put of a few messages as RocketMQ clients send them, encoded one record at a time with
-``struct`` (the direct path of :meth:`rmqlog.MessageStore.put_messages`): no Arrow call, so
+``struct`` (the direct path of :meth:`rmqlog.access.wire.WireCalls.put_messages`): no Arrow call, so
 a put of one message costs microseconds where the vectorized path (:mod:`rmqlog.log.encode.wire_put`,
 :func:`rmqlog.log.encode.prepare.prepare_batch`) has a fixed cost of ~1 ms in Arrow calls
 whatever the batch's size.
@@ -54,8 +54,8 @@ _SLOW_SYSTEM = _SLOW_NAMES - SYSTEM_ALLOWED
 
 
 class WireMessage(NamedTuple):
-    """One message of :meth:`rmqlog.MessageStore.put_messages`, as a client sends it (the
-    columns of :meth:`rmqlog.MessageStore.put_wire`, one row)."""
+    """One message of :meth:`rmqlog.access.wire.WireCalls.put_messages`, as a client sends it (the
+    columns of :meth:`rmqlog.access.wire.WireCalls.put_wire`, one row)."""
 
     topic: str
     queue_id: int
