@@ -43,9 +43,9 @@ from hypothesis import strategies as st
 
 import rmqlog
 from rmqlog import InvalidMessageError, InvalidTopicError, StoreConfig, StoreError
-from spark_rmq import option_values as spark_option_values
 from rmqlog.access.wire import WireCalls
 from rmqlog.recovery.replication_calls import ReplicaCalls
+from spark_rmq import option_values as spark_option_values
 from spark_rmq import options as spark_options
 
 EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
