@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml setup.py store/_native.c $(SOURCES)
 
 FORCE:
 
-# The real RocketMQ clients tests/wire drives (tests/wire/real_clients.py, docs/broker.md "Clients
+# The real RocketMQ clients tests/wire drives (tests/wire/real_clients.py, docs/clients.md "Clients
 # tested"): npm ali-ons from its committed package-lock.json (`npm ci`: exactly the locked tree,
 # integrity-checked), and PyPI rocketmq (the C++ client) in an environment of its own, hash-pinned.
 # Both need the registries the first time; `make test` depends on them, `make quickstart` does not.

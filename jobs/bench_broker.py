@@ -164,7 +164,8 @@ def print_profile(path: Path, part: str, requests: int, top: int = 15) -> None:
         for (fn, line, name), (_cc, nc, tt, ct, _callers) in rows:
             where = f"{Path(fn).parent.name}/{Path(fn).name}:{line}" if fn != "~" else "builtin"
             print(
-                f"    {tt * per:8.1f} us own {ct * per:9.1f} us cum {nc / max(requests, 1):7.2f} calls  {name}  ({where})"
+                f"    {tt * per:8.1f} us own {ct * per:9.1f} us cum {nc / max(requests, 1):7.2f} calls  {name}  "
+                f"({where})"
             )
 
     print("   by own time:")

@@ -179,14 +179,16 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         print(
-            f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} rounds"
+            f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} "
+            "rounds"
         )
         print(f"{'':16} {'p50 ms':>9} {'p99 ms':>9}")
         fig = {k: (med([x[0] for x in v]), med([x[1] for x in v])) for k, v in figs.items()}
         for k, (p50, p99) in fig.items():
             print(f"{k:16} {p50:9.3f} {p99:9.3f}")
         print(
-            f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
+            f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 "
+            f"{fig['grpc'][1] / fig['remoting'][1]:.2f}x"
             " (target: p50 at most 1.5x)"
         )
         if a.consume:

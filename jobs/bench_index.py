@@ -5,7 +5,8 @@
 
 Messages carry two keys each (the load docs/performance.md states the index's figures for): a
 ``UNIQ_KEY`` (32 uppercase hex, what RocketMQ's client makes) and one ``KEYS`` token
-(``order-<n>``, 7 to 15 characters), topic ``TopicTest``. The columns are made up front (not timed), ``--batch`` messages per batch, as the
+(``order-<n>``, 7 to 15 characters), topic ``TopicTest``. The columns are made up front (not timed), ``--batch``
+messages per batch, as the
 dispatcher hands them over (topic, commitlog offset, store time, UNIQ_KEY, KEYS).
 
 Printed, each beside its peers measured in the same run on the same arrays:
@@ -142,18 +143,22 @@ def _run(job: Bench, work: Path) -> None:
         files = svc.files()
         print(
             f"index: {added:,} keys in {len(files)} file(s) of {files[0].path.stat().st_size:,} bytes "
-            f"({sum(f.path.stat().st_blocks * 512 for f in files) / 2**20:.0f} MiB allocated); flush {t_flush * 1000:.0f} ms"
+            f"({sum(f.path.stat().st_blocks * 512 for f in files) / 2**20:.0f} MiB allocated); flush "
+            f"{t_flush * 1000:.0f} ms"
         )
         print(
-            f"build (IndexService.build): {n_msgs / t_build / 1e6:6.2f} M msgs/s  {added / t_build / 1e6:6.2f} M keys/s  "
-            f"(median batch {statistics.median(per_batch) * 1000:.2f} ms, p99 {np.percentile(per_batch, 99) * 1000:.2f} ms; "
+            f"build (IndexService.build): {n_msgs / t_build / 1e6:6.2f} M msgs/s  {added / t_build / 1e6:6.2f} M "
+            "keys/s  "
+            f"(median batch {statistics.median(per_batch) * 1000:.2f} ms, p99 "
+            f"{np.percentile(per_batch, 99) * 1000:.2f} ms; "
             f"CPU {n_msgs / c_build / 1e6:.2f} M msgs/s)"
         )
         print(
             f"  peer, making the keys alone:  {n_msgs / t_keys / 1e6:6.2f} M msgs/s  ({t_keys / t_build:.0%} of build)"
         )
         print(
-            f"  peer, one numpy pass:         {n_msgs / t_numpy / 1e6:6.2f} M msgs/s  ({t_numpy / t_build:.0%} of build)"
+            f"  peer, one numpy pass:         {n_msgs / t_numpy / 1e6:6.2f} M msgs/s  ({t_numpy / t_build:.0%} of "
+            "build)"
         )
         job.figure(
             "IndexService.build", n_msgs / t_build, "msgs/s", peer="making the keys alone", peer_value=n_msgs / t_keys
@@ -185,7 +190,8 @@ def _run(job: Bench, work: Path) -> None:
             misses += offset not in got and len(got) < cfg.max_msgs_num_batch
         us = np.array(lat) * 1e6
         print(
-            f"query (IndexService.query, {args.queries:,} keys, {added:,} indexed): p50 {np.percentile(us, 50):.1f} us  "
+            f"query (IndexService.query, {args.queries:,} keys, {added:,} indexed): p50 {np.percentile(us, 50):.1f} "
+            "us  "
             f"p99 {np.percentile(us, 99):.1f} us  max {us.max():.0f} us  (misses: {misses})"
         )
         for q in (50, 99):

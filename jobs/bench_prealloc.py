@@ -160,7 +160,8 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
         shutil.rmtree(root, ignore_errors=True)
     for warm in (False, True):
         print(
-            f"warm-up {'on ' if warm else 'off'}: put_batches median {statistics.median(t for t, _ in times[warm]):.2f} s, "
+            f"warm-up {'on ' if warm else 'off'}: put_batches median "
+            f"{statistics.median(t for t, _ in times[warm]):.2f} s, "
             f"writing median {statistics.median(h for _, h in times[warm]):.2f} s"
         )
 
@@ -224,7 +225,8 @@ def _runs(job: Bench, work: Path) -> None:
         results[warm].append(r)
         print(
             f"run {i}: warm-up {'on ' if warm else 'off'}  count-only {r['count']:.2f} s  sink {r['sink']:.2f} s  "
-            f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during the sink)",
+            f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during "
+            "the sink)",
             flush=True,
         )
         shutil.rmtree(run_dir, ignore_errors=True)

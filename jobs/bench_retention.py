@@ -117,11 +117,13 @@ def bench_passes(job: Bench, workdir: Path, segments: int, queues: int, passes: 
             f"{queues} consume queues"
         )
         print(
-            f"pass, nothing due (hour outside delete_when)  median {_ms(outside):.3f} ms  p99 {_ms(outside, 0.99):.3f} ms"
+            f"pass, nothing due (hour outside delete_when)  median {_ms(outside):.3f} ms  p99 "
+            f"{_ms(outside, 0.99):.3f} ms"
             f"  ({passes} passes)"
         )
         print(
-            f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 {_ms(at_hour, 0.99):.3f} ms"
+            f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 "
+            f"{_ms(at_hour, 0.99):.3f} ms"
         )
         for q, label in ((0.5, "median"), (0.99, "p99")):
             job.figure(

@@ -4,7 +4,8 @@ cost of a pass while they are all pending.
     python jobs/bench_schedule.py [--messages 1000000] [--root PATH] [--rounds 3] [--json]
 
 A store gets ``--messages`` messages with 100-byte bodies, a tag and a key, spread over delay
-levels 5 to 8 (1 to 4 minutes: none is due while they are put) (put in batches of 65,536, then dispatched: not timed). Printed, each
+levels 5 to 8 (1 to 4 minutes: none is due while they are put) (put in batches of 65,536, then dispatched: not timed).
+Printed, each
 beside its peer measured in the same run:
 
 1. a pass while nothing is due (every message pending): median and p99 over 200 passes;
@@ -101,10 +102,12 @@ def _run(job: Bench, work: Path) -> None:
         f"(18 levels: one bound and one unit read per level)"
     )
     print(
-        f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]"
+        f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  "
+        f"[{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]"
     )
     print(
-        f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
+        f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  "
+        f"[{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
         f"  (delivery = {p / d:.0%} of it)"
     )
     for q in (50, 99):
@@ -139,7 +142,8 @@ def lateness(job: Bench, rmqlog, where: Path) -> None:  # type: ignore[no-untype
                 late[done : done + k] = clock - due[done : done + k]
                 done += k
         print(
-            f"lateness, passes every 100 ms: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
+            f"lateness, passes every 100 ms: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} "
+            "ms  "
             f"max {late.max():.0f} ms ({len(due):,} messages; the pass interval bounds it)"
         )
         for q in (50, 99):

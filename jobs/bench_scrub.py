@@ -12,7 +12,8 @@
 2. The same store, nothing left behind: ``--puts`` puts of one 100-byte message, the median
    time of one, and how many ``pread``s at the tail (the scrub's check) each made.
 
-Both parts run ``--rounds`` times, each round on a store of its own. ``--repo`` imports ``store`` from another checkout (e.g. the main branch) for a before/after
+Both parts run ``--rounds`` times, each round on a store of its own. ``--repo`` imports ``store`` from another checkout
+(e.g. the main branch) for a before/after
 comparison; figures are wall-clock on this machine, nothing here is a test threshold.
 """
 
@@ -90,7 +91,8 @@ def _round(job: Bench, root: Path) -> None:
         print(
             f"put after a killed writer's {left / 2**20:.2f} MiB partial batch: {took * 1e3:.2f} ms; scrub cleared "
             + (f"{scrubbed / 2**20:.2f} MiB" if scrubbed is not None else "(no counter in this version)")
-            + f"; segment allocated {before_kill / 2**20:.2f} MiB before the kill, {(before_kill + left) / 2**20:.2f} MiB "
+            + f"; segment allocated {before_kill / 2**20:.2f} MiB before the kill, {(before_kill + left) / 2**20:.2f} "
+            "MiB "
             f"with the leftovers, {allocated(seg) / 2**20:.2f} MiB after the put (segment {args.segment_mib} MiB)"
         )
         reads = {"n": 0}
@@ -108,7 +110,8 @@ def _round(job: Bench, root: Path) -> None:
             times.append(time.perf_counter() - t0)
         MappedFile.read = real  # type: ignore[method-assign]
         print(
-            f"put of one message, nothing to scrub: median {statistics.median(times) * 1e6:.1f} us over {args.puts} puts; "
+            f"put of one message, nothing to scrub: median {statistics.median(times) * 1e6:.1f} us over {args.puts} "
+            "puts; "
             f"{reads['n'] / args.puts:.2f} preads of the commitlog per put"
         )
     job.figure(

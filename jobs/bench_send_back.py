@@ -93,7 +93,8 @@ def main() -> None:
     with bench.run() as work:
         a = bench.args
         print(
-            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; broker on {HOST}, {a.messages:,} messages a round, "
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; broker on {HOST}, {a.messages:,} messages a "
+            "round, "
             f"{WORKERS} connections x {WINDOW} in flight; group {CONSUMER_GROUP}"
         )
         backs, sends = [], []

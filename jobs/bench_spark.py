@@ -1,7 +1,8 @@
 """The Spark path against what a data engineer would pick instead: Spark's parquet writer and
 reader, each figure beside its peer measured in the same run (``local[2]``).
 
-    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--rounds 2] [--stream-seconds 8] [--root PATH] [--json]
+    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--rounds 2] [--stream-seconds 8] [--root PATH]
+    [--json]
 
 The input is made once and cached: ``--messages`` rows of ``--body`` random bytes (parquet would
 compress a repeated body to nothing) in two partitions. Every measurement runs once to warm up,

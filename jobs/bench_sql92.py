@@ -138,7 +138,8 @@ def main() -> None:
                 tag_rate, tag_hits = by_windows(size, False)
                 assert sql_hits == tag_hits == matched, (sql_hits, tag_hits, matched)
                 print(
-                    f"SQL92 evaluation, {label}: {sql_rate:,.0f} msgs/s | peer, exact-tag check: {tag_rate:,.0f} msgs/s "
+                    f"SQL92 evaluation, {label}: {sql_rate:,.0f} msgs/s | peer, exact-tag check: {tag_rate:,.0f} "
+                    "msgs/s "
                     f"(ratio {sql_rate / tag_rate:.2f})"
                 )
                 ap.figure(

@@ -19,7 +19,8 @@ after it (see ``bench``). Right before each round, a scratch file twice as large
 round's data (store and plain file) is written and deleted: on this VM the first touch of
 guest memory that was handed back to the host costs ~10x a normal page-cache write (with a
 scratch file only as large as the data, the last batches of a round still met cold pages:
-100-170 ms batches instead of 20 ms), and freshly freed pages are still warm (a ``sync()`` first leaves no dirty pages behind). The medians of ``--rounds``
+100-170 ms batches instead of 20 ms), and freshly freed pages are still warm (a ``sync()`` first leaves no dirty pages
+behind). The medians of ``--rounds``
 rounds are printed. Figures are wall-clock on this machine; nothing here is a test
 threshold.
 """
@@ -190,16 +191,20 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
         "plain_read_MBps": written_total / t_plain_read / mb,
     }
     print(
-        f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round"
+        f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} "
+        "MB of records per round"
     )
     print(
-        f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds"
+        f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  "
+        f"({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds"
     )
     print(
-        f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds, each batch's bytes right after it"
+        f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds, each batch's "
+        "bytes right after it"
     )
     print(
-        f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: {', '.join(f'{r:.0%}' for r in ratios)})"
+        f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: "
+        f"{', '.join(f'{r:.0%}' for r in ratios)})"
     )
     q1, q2, q3 = np.percentile(batch_ratios, [25, 50, 75])
     print(
@@ -208,18 +213,22 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     )
     print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s  ({dispatched:,} records)")
     print(
-        f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  read_queue, body CRCs checked ({read:,} messages, ranges of {step:,})"
+        f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  read_queue, body CRCs "
+        f"checked ({read:,} messages, ranges of {step:,})"
     )
     print(
-        f"  get_messages  {out['get_messages_msgs']:>12,.0f} msgs/s  body CRCs checked, max_count = {step:,} (the same ranges)"
+        f"  get_messages  {out['get_messages_msgs']:>12,.0f} msgs/s  body CRCs checked, max_count = {step:,} (the "
+        "same ranges)"
     )
     print(
-        f"  read_queue    {out['read_unchecked_msgs']:>12,.0f} msgs/s  body CRCs not checked (check_crc=False): the peer"
+        f"  read_queue    {out['read_unchecked_msgs']:>12,.0f} msgs/s  body CRCs not checked (check_crc=False): the "
+        "peer"
     )
     print(
         f"  -> CRC checks: read_queue checked = {out['crc_checked_vs_unchecked']:.0%} of unchecked; "
         f"get_messages = {out['get_messages_vs_read_queue']:.0%} of read_queue "
-        f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; {out['get_messages_vs_read_queue_cpu']:.0%})"
+        f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; "
+        f"{out['get_messages_vs_read_queue_cpu']:.0%})"
     )
     print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
     _figures(job, body_size, out)

@@ -107,7 +107,8 @@ def _run(job: Bench, work: Path) -> None:
             shutil.rmtree(proot, ignore_errors=True)
     d, e, p = statistics.median(deliver_s), statistics.median(enqueue_s), statistics.median(peer_s)
     print(
-        f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]"
+        f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  "
+        f"[{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]"
     )
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  (delivery = {p / d:.0%} of it)")
     print(f"  the pass that indexed them first (enqueue into the wheel): {n / e / 1e6:.2f} M msgs/s")
@@ -179,7 +180,8 @@ def lateness(job: Bench, rmqlog, np, cfg, where: Path) -> None:  # type: ignore[
                             seen.setdefault(key[0].encode(), clock)
             late = np.array([seen[f"o{i}".encode()] - want[i] for i in range(len(want))])
         print(
-            f"timer lateness, a pass every second: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
+            f"timer lateness, a pass every second: p50 {np.percentile(late, 50):.0f} ms  p99 "
+            f"{np.percentile(late, 99):.0f} ms  "
             f"max {late.max():.0f} ms  (min {late.min():.0f} ms: never early; {len(want):,} messages)"
         )
         for q in (50, 99):

@@ -303,7 +303,8 @@ def state(run: Run) -> None:
         for kind in KINDS:
             small, big = med(p50s[(kind, "small")]), med(p50s[(kind, "large")])
             print(
-                f"({kind}: {counts[(kind, 'small')]:,} requests at the small state, {counts[(kind, 'large')]:,} at the large)"
+                f"({kind}: {counts[(kind, 'small')]:,} requests at the small state, {counts[(kind, 'large')]:,} at "
+                "the large)"
             )
             report(
                 run.b,

@@ -595,7 +595,8 @@ async def fuzz(
         if broker.poll() is not None or not await broker_answers(addr):
             crashes += 1
             print(
-                f"  CRASH after case {start + len(batch)}: broker {'exited ' + str(broker.returncode) if broker.poll() is not None else 'not answering'}",
+                f"  CRASH after case {start + len(batch)}: broker "
+                f"{'exited ' + str(broker.returncode) if broker.poll() is not None else 'not answering'}",
                 flush=True,
             )
             break
@@ -773,7 +774,8 @@ def main(argv: list[str] | None = None) -> int:
             failed.append("healthy client errors")
         wrong = unexpected(tally)
         print(
-            f"unexpected outcomes: {sum(wrong.values())} ({', '.join(f'{k}: {n}' for k, n in sorted(wrong.items())) or 'none'})"
+            f"unexpected outcomes: {sum(wrong.values())} "
+            f"({', '.join(f'{k}: {n}' for k, n in sorted(wrong.items())) or 'none'})"
         )
         if wrong:
             failed.append("unexpected outcomes")

@@ -324,7 +324,8 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     print(
         f"trial {n}: {counts.kills} kills, {counts.sent} sent, {counts.deliveries} deliveries "
         f"({counts.redelivered} redelivered), {counts.confirmed} confirmed acks, {counts.maybe} acks of "
-        f"unknown outcome, {counts.unseen} unseen deliveries, {counts.failed_requests} requests cut; {counts.lost} lost, {counts.unexplained} unexplained, {counts.bad} bad",
+        f"unknown outcome, {counts.unseen} unseen deliveries, {counts.failed_requests} requests cut; {counts.lost} "
+        f"lost, {counts.unexplained} unexplained, {counts.bad} bad",
         flush=True,
     )
     counts.print_problems()

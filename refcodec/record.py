@@ -90,7 +90,8 @@ def java_string_hash(s: str) -> int:
 
 
 #: The independent CRC-32 of the tests (crcmod, a library the store
-#: does not use; the store itself uses its C helper, ISA-L and zlib for speed): the same polynomial RocketMQ's ``UtilAll.crc32``
+#: does not use; the store itself uses its C helper, ISA-L and zlib for speed): the same polynomial RocketMQ's
+#: ``UtilAll.crc32``
 #: (java.util.zip.CRC32) uses.
 _CRC32 = crcmod.predefined.mkCrcFun("crc-32")
 

@@ -16,12 +16,16 @@ that dies during a store operation must not. How pyspark 4 ends its Python proce
 (traced with ``strace -f`` over a batch write, a batch read, a stream stopped with
 ``query.stop()``, an AvailableNow stream and ``spark.stop()``):
 
-| process | holds a store for | how it ends |
-|---|---|---|
-| executor worker, forked by ``pyspark/daemon.py`` (module ``pyspark.worker``) | sink and source tasks | idle and its socket closed by the JVM (idle timeout, ``spark.stop()``), or after a failed task: ``SystemExit`` inside the daemon's fork, then ``os._exit``: no ``atexit``. ``spark.stop()`` also SIGTERMs the daemon, which SIGHUPs its process group: killed by SIGHUP (the daemon resets it to ``SIG_DFL`` before every task). A task Spark kills: SIGKILL |
-| driver-side workers forked by their own daemons (``plan_data_source_read``, ``commit_data_source_write``, ``python_streaming_sink_runner``) | batch read planning, the sink's commit (dispatch) | as executor workers |
-| ``python_streaming_source_runner``, a plain child of the JVM, one per streaming source | the stream reader's driver side | SIGTERM from the JVM at ``query.stop()`` / ``spark.stop()``; ``stop()`` of the reader is not called |
-| the driver's own Python | nothing shared (``route`` opens and closes its own) | a normal exit: ``atexit`` runs |
+(process: holds a store for; how it ends)
+- executor worker, forked by ``pyspark/daemon.py`` (module ``pyspark.worker``): sink and source tasks; idle and its
+  socket closed by the JVM (idle timeout, ``spark.stop()``), or after a failed task: ``SystemExit`` inside the daemon's
+  fork, then ``os._exit``: no ``atexit``. ``spark.stop()`` also SIGTERMs the daemon, which SIGHUPs its process group:
+  killed by SIGHUP (the daemon resets it to ``SIG_DFL`` before every task). A task Spark kills: SIGKILL
+- driver-side workers forked by their own daemons (``plan_data_source_read``, ``commit_data_source_write``,
+  ``python_streaming_sink_runner``): batch read planning, the sink's commit (dispatch); as executor workers
+- ``python_streaming_source_runner``, a plain child of the JVM, one per streaming source: the stream reader's driver
+  side; SIGTERM from the JVM at ``query.stop()`` / ``spark.stop()``; ``stop()`` of the reader is not called
+- the driver's own Python: nothing shared (``route`` opens and closes its own); a normal exit: ``atexit`` runs
 
 This module closes every store of the process on each of those paths (:func:`close_all`):
 ``atexit``; SIGTERM and SIGHUP handlers, armed in the main thread whenever a store is used

@@ -276,7 +276,8 @@ class CatalogCalls:
         ``table`` and ``stamp`` of this call's previous answer (``base`` may already hold the
         changes); ``applied=True``: ``base`` holds every change already (they are applied only
         to the file's table when it is read again), and its owner may go on changing it from
-        another thread during the merge (a broker persisting off its event loop). Returns :class:`rmqlog.config_tables.TableMerge`: keep its table and stamp
+        another thread during the merge (a broker persisting off its event loop). Returns
+        :class:`rmqlog.config_tables.TableMerge`: keep its table and stamp
         for the next call. A bad name raises :class:`rmqlog.errors.InvalidTopicError` /
         :class:`rmqlog.errors.InvalidGroupError`, a queue id outside ``[0, 2**31)``, an offset
         outside ``[0, 2**63)`` or a wrong type :class:`rmqlog.errors.InvalidArgumentError`

@@ -98,7 +98,8 @@ def topic_config_problem(config: object) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
             return f"{name} of topic {config.topic_name!r} must be an int in 1..65535, got {value!r}"
     if isinstance(config.perm, bool) or not isinstance(config.perm, int) or not 0 <= config.perm <= 7:
-        return f"perm of topic {config.topic_name!r} must be an int in 0..7 (4 read, 2 write, 1 inherit), got {config.perm!r}"
+        perm = config.perm
+        return f"perm of topic {config.topic_name!r} must be an int in 0..7 (4 read, 2 write, 1 inherit), got {perm!r}"
     flag = config.topic_sys_flag
     if isinstance(flag, bool) or not isinstance(flag, int) or not -(2**31) <= flag <= JAVA_INT_MAX:
         return f"topic_sys_flag of topic {config.topic_name!r} must be a Java int, got {flag!r}"

@@ -32,7 +32,9 @@ from collections.abc import Callable
 #: point -> where it is; the moment just after what the description says
 POINTS = {
     "append.written": "a batch's records are written past the published tail, the append state not yet published",
-    "append.published": "a batch is published (append.state), the append lock still held, nothing flushed or dispatched",
+    "append.published": (
+        "a batch is published (append.state), the append lock still held, nothing flushed or dispatched"
+    ),
     "dispatch.queue": "a dispatched run's units are written into one of its queues, its other queues not yet",
     "dispatch.units": "a dispatched run's consume-queue units are written, its index entries not yet",
     "dispatch.position": "a dispatch round's units and index entries are written, dispatch.state not yet moved",
@@ -41,15 +43,24 @@ POINTS = {
     "index.created": "a new index file is made under its temporary name, not yet linked into place",
     "schedule.delivered": "a delay level's batch of copies is appended, config/delayOffset.json not yet saved",
     "schedule.saved": "config/delayOffset.json is saved, the timer's part of the pass not yet run",
-    "timer.enqueued": "a batch of timer-queue units is linked into timer/log and timer/wheel, timer/state not yet saved",
+    "timer.enqueued": (
+        "a batch of timer-queue units is linked into timer/log and timer/wheel, timer/state not yet saved"
+    ),
     "timer.delivered": "a batch of timed messages' copies is appended, timer/state not yet saved",
-    "delete.recorded": "a topic's delete is recorded (deletedTopics.json, pending), its config entry, offsets and units not yet removed",
+    "delete.recorded": (
+        "a topic's delete is recorded (deletedTopics.json, pending), its config entry, offsets "
+        "and units not yet removed"
+    ),
     "delete.config": "a topic's delete removed its topics.json entry, its offsets and units not yet",
     "delete.offsets": "a topic's delete removed every group's offsets of it, its units not yet",
-    "delete.units": "a topic's delete removed one queue's units, its other queues' not yet, the delete not yet marked done",
+    "delete.units": (
+        "a topic's delete removed one queue's units, its other queues' not yet, the delete not yet marked done"
+    ),
     "truncate.flushed": "a replica truncation lowered flush.state, the append state not yet published",
     "truncate.published": "a replica truncation published the cut append state, units and commitlog bytes not yet cut",
-    "truncate.queues": "a replica truncation cut the consume-queue units and index entries, the commitlog bytes not yet",
+    "truncate.queues": (
+        "a replica truncation cut the consume-queue units and index entries, the commitlog bytes not yet"
+    ),
     "truncate.cut": "a replica truncation cut the commitlog, the checkpoint not yet written",
 }
 

@@ -465,7 +465,8 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
 
     def deliver_due(self, now_ms: int | None = None) -> int:
         """One scheduler pass as of ``now_ms`` (default: the store's clock; timed messages go
-        by the clock alone, up to its time less 1 ms): every delayed message due by then is appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
+        by the clock alone, up to its time less 1 ms): every delayed message due by then is appended to its real topic
+        and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
         Returns how many were delivered. The background service (:meth:`start_services`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")

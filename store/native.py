@@ -10,21 +10,26 @@ A module that uses one takes it once, under a module-level name of its own
 there (``monkeypatch.setattr(rmqlog.log.gather, "_native_gather", None)``); the encoding
 kernels are switched together in :mod:`rmqlog.log.encode.native`.
 
-| name | what | used by |
-|---|---|---|
-| ``crc32_batch`` | the BODYCRC of every value of a batch, GIL released | :mod:`rmqlog.log.encode`, :mod:`rmqlog.log.decode` |
-| ``CLMUL`` | whether ``crc32_batch`` runs on carry-less multiply | :mod:`rmqlog.log.encode.crc` |
-| ``all_same``, ``longest_value`` | a string column's values all equal; its longest value | :mod:`rmqlog.log.encode` |
-| ``pack_records``, ``patch_records``, ``pack_plain`` | records packed into one buffer; the lock-given fields written into them; a plain batch in one call | :mod:`rmqlog.log.encode` |
-| ``ChunkWriter`` | the write pipeline's own thread (never takes the GIL) | :mod:`rmqlog.log.commitlog` |
-| ``hexlify``, ``offset_msg_ids`` | uppercase hex of fixed-width rows; offset msgIds | :mod:`rmqlog.log.msgid` |
-| ``parse_properties``, ``copy_properties`` | RocketMQ properties parsed in one pass; copied with names dropped | :mod:`rmqlog.log.properties`, :mod:`rmqlog.schedule.timeup` |
-| ``walk_records`` | a commitlog segment walked (where records are, why the walk stops) | :mod:`rmqlog.log.scan` |
-| ``gather`` | slices of a buffer copied back to back, GIL released | :mod:`rmqlog.log.gather` |
-| ``check_stored`` | records copied for a pull checked against their consume-queue units, GIL released | :mod:`rmqlog.log.raw_check` |
-| ``window_units``, ``check_copy`` | a small window's units walked under RocketMQ's batch limits and bounds-checked; its records checked as ``check_stored`` checks them, then copied | :mod:`rmqlog.access.small_window` |
-| ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
-| ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.batch_body` |
+(name: what; used by)
+- ``crc32_batch``: the BODYCRC of every value of a batch, GIL released; :mod:`rmqlog.log.encode`,
+  :mod:`rmqlog.log.decode`
+- ``CLMUL``: whether ``crc32_batch`` runs on carry-less multiply; :mod:`rmqlog.log.encode.crc`
+- ``all_same``, ``longest_value``: a string column's values all equal; its longest value; :mod:`rmqlog.log.encode`
+- ``pack_records``, ``patch_records``, ``pack_plain``: records packed into one buffer; the lock-given fields written
+  into them; a plain batch in one call; :mod:`rmqlog.log.encode`
+- ``ChunkWriter``: the write pipeline's own thread (never takes the GIL); :mod:`rmqlog.log.commitlog`
+- ``hexlify``, ``offset_msg_ids``: uppercase hex of fixed-width rows; offset msgIds; :mod:`rmqlog.log.msgid`
+- ``parse_properties``, ``copy_properties``: RocketMQ properties parsed in one pass; copied with names dropped;
+  :mod:`rmqlog.log.properties`, :mod:`rmqlog.schedule.timeup`
+- ``walk_records``: a commitlog segment walked (where records are, why the walk stops); :mod:`rmqlog.log.scan`
+- ``gather``: slices of a buffer copied back to back, GIL released; :mod:`rmqlog.log.gather`
+- ``check_stored``: records copied for a pull checked against their consume-queue units, GIL released;
+  :mod:`rmqlog.log.raw_check`
+- ``window_units``, ``check_copy``: a small window's units walked under RocketMQ's batch limits and bounds-checked; its
+  records checked as ``check_stored`` checks them, then copied; :mod:`rmqlog.access.small_window`
+- ``walk_chains``: the timer log's bucket chains walked; :mod:`rmqlog.schedule.timer_wheel`
+- ``walk_batch``: a batch send's body walked message by message (where each starts, its lengths);
+  :mod:`rmqlog.log.batch_body`
 
 A leaf: it imports no other module of the store, so any floor may use it
 (``tests/test_layout.py`` checks that no other module imports ``rmqlog._native``).

@@ -139,7 +139,8 @@ def resolve(
         found on disk (``None``: no file of that kind) and ``configured``; a writer (not
         ``read_only``) records them when the record is missing or differs. The caller holds
         ``config.lock`` (shared when ``read_only``). A size found on disk that no store can have (a
-    damaged segment) is not taken (recovery names the file); a sound record is never rewritten. Returns (sizes, whether the commitlog's size is
+    damaged segment) is not taken (recovery names the file); a sound record is never rewritten. Returns (sizes, whether
+    the commitlog's size is
         provisional, whether the consume queues' is: a reader that found neither record nor file)."""
     record = recorded(config_dir)
     if commit_log_found is not None and not _valid(commit_log_found, 4096, 1):

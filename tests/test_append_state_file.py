@@ -161,7 +161,8 @@ def test_lock_free_readers_never_see_a_torn_or_missing_state(tmp_path: Path) -> 
 def test_a_rewrite_is_seen_even_when_the_old_file_keeps_another_link(tmp_path: Path) -> None:
     """Two openers of one root (two processes); the file is hard-linked (a ``cp -al``
     snapshot), then one opener rewrites the file (a new file renamed over the path, as for a
-    file of the first format, or one whose slots are too small). The old inode keeps a link, so ``st_nlink`` cannot tell: both openers
+    file of the first format, or one whose slots are too small). The old inode keeps a link, so ``st_nlink`` cannot
+    tell: both openers
     must read the new file, or the other's next append would scrub and overwrite the log
     past its stale tail (found by review: 5,000 acknowledged messages lost)."""
     path = tmp_path / "append.state"

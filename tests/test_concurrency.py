@@ -59,7 +59,8 @@ with rmqlog.MessageStore.open(root, CFG) as s:
         seqs = [b * n + i for i in range(n)]
         s.put_batch(pa.table({{
             "topic": pa.array(["C%d" % ((wid + q) % 2) for q in seqs]),
-            "body": pa.array([(f"{{wid}}:{{q}}:" + "p" * ((q * 37 + wid * 11) % 200)).encode() for q in seqs], pa.binary()),
+            "body": pa.array([(f"{{wid}}:{{q}}:" + "p" * ((q * 37 + wid * 11) % 200)).encode() for q in seqs],
+                pa.binary()),
             "queueId": pa.array([None if q % 3 else (q // 3) % {QUEUES} for q in seqs], pa.int32()),
             "tags": pa.array(["w%d" % wid if q % 2 else None for q in seqs]),
             "keys": pa.array([["k%d" % wid, "s%d" % q] for q in seqs], pa.list_(pa.string())),

@@ -340,7 +340,8 @@ REGRESSION_SEEDS = [
         marks=pytest.mark.xfail(
             strict=True,
             reason=(
-                "open defect: first segment deleted, a unit damaged and the next segment truncated: after repair, verify "
+                "open defect: first segment deleted, a unit damaged and the next segment truncated: after repair, "
+                "verify "
                 "finds that queue's unit offsets do not increase (repair does not check units below the log start)"
             ),
         ),

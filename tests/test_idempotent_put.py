@@ -104,7 +104,8 @@ def test_concurrent_processes_replaying_the_same_batches_append_each_once(
                                 mapped_file_size_consume_queue={small_config.mapped_file_size_consume_queue})
         with rmqlog.MessageStore.open({str(root)!r}, cfg) as s:
             for seq in range(30):
-                t = pa.table({{"topic": ["T"] * 3, "body": [b"%d-%d" % (seq, i) for i in range(3)], "queueId": [0] * 3}})
+                t = pa.table({{"topic": ["T"] * 3, "body": [b"%d-%d" % (seq, i) for i in range(3)], "queueId": [0] *
+                    3}})
                 s.put_batch(t, writer="shared", sequence=seq)
     """)
     procs = [subprocess.Popen([sys.executable, "-c", script], env=subprocess_env()) for _ in range(4)]

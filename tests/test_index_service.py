@@ -486,7 +486,8 @@ def test_another_process_writes_and_a_reader_sees_it(tmp_path: Path) -> None:
         from rmqlog.index import IndexService, IndexConfig
         d = np.load({str(tmp_path / "m.npz")!r})
         rows = [line.split("\\t") for line in Path({str(tmp_path / "m.txt")!r}).read_text().split("\\n")]
-        svc = IndexService.open(Path({str(tmp_path)!r}), IndexConfig(100, 400), writable=True, now_ms=lambda: 1_800_000_000_000)
+        svc = IndexService.open(Path({str(tmp_path)!r}), IndexConfig(100, 400), writable=True, now_ms=lambda:
+            1_800_000_000_000)
         svc.build(pa.array([r[0] for r in rows]), d["phy"], d["ts"],
                   pa.array([None if r[3] == "1" else r[1] for r in rows], pa.string()),
                   pa.array([None if r[4] == "1" else r[2] for r in rows], pa.string()))

@@ -67,7 +67,8 @@ with rmqlog.MessageStore.open(sys.argv[1]) as s:
         "available": rmqlog.native.AVAILABLE, "clmul": rmqlog.native.CLMUL,
         "error": type(rmqlog.native.LOAD_ERROR).__name__ if rmqlog.native.LOAD_ERROR else None,
         "none": sorted(f"{m}.{n}" for m, n in users if getattr(importlib.import_module(m), n) is None),
-        "rows": sorted([r["body"].decode(), r["tags"], r["keys"], sorted(p for p in r["properties"] if p[0] not in SYSTEM)] for r in rows),
+        "rows": sorted([r["body"].decode(), r["tags"], r["keys"], sorted(p for p in r["properties"] if p[0] not in
+            SYSTEM)] for r in rows),
         "by_key": s.query_by_key("T", "k2").column("body").to_pylist()[0].decode(),
         "problems": s.verify().problems,
     }))

@@ -212,11 +212,13 @@ def test_1200_queues_under_ulimit_1024(tmp_path: Path) -> None:
             put_one_each(s, "T", list(range(n)))
             s.dispatch()
             ends = [s.max_offset("T", q) for q in range(n)]
-            bodies = [[b.decode() for b in s.read_queue("T", q, 0, 1).column("body").to_pylist()] for q in range(0, n, 7)]
+            bodies = [[b.decode() for b in s.read_queue("T", q, 0, 1).column("body").to_pylist()] for q in range(0, n,
+                7)]
             peak = fds()
         with rmqlog.MessageStore.open(root, small_store_config()) as s:
             again = [s.max_offset("T", q) for q in range(n)]
-            got = [b.decode() for b in s.get_messages("g", "T", n - 1, 0, max_count=4).messages.column("body").to_pylist()]
+            got = [b.decode() for b in s.get_messages("g", "T", n - 1, 0,
+                max_count=4).messages.column("body").to_pylist()]
             problems = s.verify().problems
         print(json.dumps({{"ends": ends, "again": again, "bodies": bodies, "got": got, "peak": peak,
                           "problems": [str(p) for p in problems]}}))
@@ -304,7 +306,8 @@ def test_out_of_descriptors_is_typed_and_harms_nothing(tmp_path: Path) -> None:
         # the open itself, with a small cap (the store works with a few descriptors)
         base = fds()
         for extra in range(0, 40, 2):
-            s = attempt(f"open{{extra}}", lambda: rmqlog.MessageStore.open(root, small_store_config(max_open_mapped_files=4)),
+            s = attempt(f"open{{extra}}", lambda: rmqlog.MessageStore.open(root,
+                small_store_config(max_open_mapped_files=4)),
                         base + extra)
             if s is not None:
                 s.close()

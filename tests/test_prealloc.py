@@ -257,7 +257,8 @@ cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_c
 with rmqlog.MessageStore.open(root, cfg) as ms:
     for k in range(40):  # 3000 x ~1 KiB per put: announced past WAKE_BYTES, the loop prepares meanwhile
         n = 3000
-        ms.put_batch(pa.table({"topic": ["M"] * n, "body": [f"{name}:{k}:{i}".encode().ljust(900, b".") for i in range(n)],
+        ms.put_batch(pa.table({"topic": ["M"] * n, "body": [f"{name}:{k}:{i}".encode().ljust(900, b".") for i in
+            range(n)],
                                "queueId": pa.array([0] * n, pa.int32())}))
     print(ms.preparer.prepared_segments, ms.preparer.warmed_bytes)
 """

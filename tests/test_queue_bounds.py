@@ -41,14 +41,18 @@ def bodies(s: rmqlog.MessageStore, topic: str = "T", qid: int = 0) -> list[int]:
 
 
 @pytest.fixture
-def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every folder reached by its path from now on (a listing by path starts so:
-    ``safe_open.listdir``, ``entries`` and the kept handles' listings all open the folder)."""
+def listings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Every folder of this test's stores reached by its path from now on (a listing by path
+    starts so: ``safe_open.listdir``, ``entries`` and the kept handles' listings all open the
+    folder). Only folders under the test's own ``tmp_path`` count: a store an earlier test of
+    the same worker left to the collector may still have a thread listing its own folders."""
     seen: list[str] = []
     real = safe_open.open_folder
+    mine = str(tmp_path) + "/"
 
     def counting(path: safe_open.PathLike) -> int:
-        seen.append(str(path))
+        if str(path).startswith(mine):
+            seen.append(str(path))
         return real(path)
 
     monkeypatch.setattr(safe_open, "open_folder", counting)
@@ -203,7 +207,8 @@ from conftest import small_store_config
 with rmqlog.MessageStore.open(sys.argv[1], small_store_config()) as s:
     for k in range(3):
         s.put_batch(pa.table({{"topic": ["T"] * 40, "queueId": pa.array([0] * 40, pa.int32()),
-                              "body": [str(40 * k + i + 10).encode().ljust(60, b".") for i in range(40)]}}), dispatch=True)
+                              "body": [str(40 * k + i + 10).encode().ljust(60, b".") for i in range(40)]}}),
+                                  dispatch=True)
 """
 
 

@@ -66,7 +66,8 @@ def segments(root: Path) -> list[int]:
 
 
 def age(root: Path, now_ms: int, hours: float, which: list[int] | None = None) -> None:
-    """Set the last-write time of commitlog segments (all, or those starting at ``which``) to ``hours`` before ``now_ms``."""
+    """Set the last-write time of commitlog segments (all, or those starting at ``which``) to ``hours`` before
+    ``now_ms``."""
     t = now_ms / 1000 - hours * 3600
     for start in which if which is not None else segments(root):
         os.utime(root / "commitlog" / f"{start:020d}", (t, t))

@@ -363,7 +363,8 @@ def test_deleted_truncated_zeroed(
         request.applymarker(
             pytest.mark.xfail(
                 strict=True,
-                reason="known limitation: a queue's first file deleted on a log retention has trimmed cannot be told, at "
+                reason="known limitation: a queue's first file deleted on a log retention has trimmed cannot be "
+                "told, at "
                 "a clean open, from one retention removed (the queue reads from its next file); a crash or "
                 "repair=True walk rebuilds it",
             )

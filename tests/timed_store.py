@@ -82,7 +82,8 @@ def _put_timed(s: rmqlog.MessageStore, due: dict[bytes, int]) -> None:
 
 def make_timed_store(root: Path, *, prefix: bytes = b"m", extra_first: int = 0) -> Timed:
     """A store at ``root``: :data:`N` timed messages due two a second (two to a bucket of the
-    wheel) from ``t0 + 5 s`` (``t0``: the next second's start); a pass at ``t0 + FIRST`` (delivers the 10 due by then, indexes
+    wheel) from ``t0 + 5 s`` (``t0``: the next second's start); a pass at ``t0 + FIRST`` (delivers the 10 due by then,
+    indexes
     the rest); then :data:`LATER` more due from ``t0 + 25 s``, in the timer queue but not
     indexed yet (no pass since); closed cleanly. ``extra_first`` plain messages are put first
     (another store's commitlog offsets then differ)."""

@@ -9,8 +9,8 @@ the broker) and its processor table (:mod:`rmqnet.broker.processors`) has
 checked before its handler runs, and a refused one never reaches it (nothing read back,
 nothing stored, nothing changed).
 
-What each code needs is :mod:`rmqnet.broker.acl_resources` (the table is in docs/broker.md,
-"Access control"): what it names (``named``, read from the fields and body before anything
+What each code needs is :mod:`rmqnet.broker.acl_resources` (the table is in docs/access-control.md,
+"What each request needs"): what it names (``named``, read from the fields and body before anything
 else, as Java parses first) and what it touches (``touched``: the record at an offset, the
 half message a transaction ends, the topics of a group's offsets; read through the store once
 the signature is verified).

@@ -23,15 +23,17 @@ none), an unknown one, the account's white list, the signature. Answered ``UNAUT
 ``%RETRY%G`` as on remoting; checked by :meth:`AccessValidator.permitted` (a carrier topic read
 needs an admin, DENY, default perms) and answered ``FORBIDDEN``:
 
-| call | needs |
-|---|---|
-| QueryRoute | the topic ANY |
-| SendMessage | each message's topic PUB (a ``%RETRY%G``/``%DLQ%G`` topic: G's group SUB, as remoting) |
-| EndTransaction | the topic PUB (and the remoting END_TRANSACTION rule through the hook: the half's ``PGROUP`` is the request's, its ``REAL_TOPIC`` PUB) |
-| Heartbeat | a consumer's group SUB |
-| NotifyClientTermination | the group SUB when one is named |
-| ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, QueryAssignment | the group SUB and the topic SUB (a group's POP retry topic ``%RETRY%G_T``: T) |
-| Telemetry | per ``Settings`` command: each publishing topic PUB; the subscription's group SUB and each subscribed topic SUB; neither refused |
+(call: needs)
+- QueryRoute: the topic ANY
+- SendMessage: each message's topic PUB (a ``%RETRY%G``/``%DLQ%G`` topic: G's group SUB, as remoting)
+- EndTransaction: the topic PUB (and the remoting END_TRANSACTION rule through the hook: the half's ``PGROUP`` is the
+  request's, its ``REAL_TOPIC`` PUB)
+- Heartbeat: a consumer's group SUB
+- NotifyClientTermination: the group SUB when one is named
+- ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, QueryAssignment: the group SUB
+  and the topic SUB (a group's POP retry topic ``%RETRY%G_T``: T)
+- Telemetry: per ``Settings`` command: each publishing topic PUB; the subscription's group SUB and each subscribed topic
+  SUB; neither refused
 
 The caller of the call in progress is :data:`CALLER` (set by the endpoint before the handler
 runs, a context variable of the call's task): the handlers that go through the processor table

@@ -8,7 +8,7 @@ signature is verified and reads what the request points at (the record at an off
 of a group's offsets) through the broker. Either raises :class:`AclRefusal` when what it needs
 cannot be read (a missing or mistyped field, an unreadable body, no message at an offset), so a
 request that cannot be authorized is refused rather than let through. The table is in
-docs/broker.md, "Access control".
+docs/access-control.md, "What each request needs".
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def _lock(needs: Needs, req: RemotingCommand) -> None:
 
 
 def named(req: RemotingCommand) -> Needs:
-    """What ``req`` needs by what it names (the table in docs/broker.md). No I/O. Raises
+    """What ``req`` needs by what it names (the table in docs/access-control.md). No I/O. Raises
     :class:`AclRefusal` when a field or body they are read from is unreadable."""
     ext, code, needs = req.ext_fields, req.code, Needs()
     if code in ADMIN_CODES:

@@ -1,13 +1,14 @@
 """Store errors as RocketMQ's response codes (``SendMessageProcessor.handlePutMessageResult``).
 
-| store error | code | remark |
-|---|---|---|
-| :class:`rmqlog.InvalidMessageError` (bad row, too large, bad topic, bad queue id) | MESSAGE_ILLEGAL 13 | the store's message (it names the field) |
-| :class:`rmqlog.DiskFullError`, :class:`rmqlog.StoreClosedError`, :class:`rmqlog.ReadOnlyStoreError` | SERVICE_NOT_AVAILABLE 14 | RocketMQ's "service not available now..." and the cause |
-| :class:`rmqlog.StoreBusyError` | SYSTEM_BUSY 2 | the cause |
-| :class:`rmqlog.TooManyOpenFilesError` | SYSTEM_ERROR 1 | RocketMQ's "create mapped file failed..." and the cause |
-| :class:`rmqlog.LmqLimitError` | SYSTEM_ERROR 1 | RocketMQ's "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]..." and the cause |
-| any other :class:`rmqlog.StoreError` or ``OSError`` | SYSTEM_ERROR 1 | the error's type and message |
+(store error: code; remark)
+- :class:`rmqlog.InvalidMessageError` (bad row, too large, bad topic, bad queue id): MESSAGE_ILLEGAL 13; the store's
+  message (it names the field)
+- :class:`rmqlog.DiskFullError`, :class:`rmqlog.StoreClosedError`, :class:`rmqlog.ReadOnlyStoreError`:
+  SERVICE_NOT_AVAILABLE 14; RocketMQ's "service not available now..." and the cause
+- :class:`rmqlog.StoreBusyError`: SYSTEM_BUSY 2; the cause
+- :class:`rmqlog.TooManyOpenFilesError`: SYSTEM_ERROR 1; RocketMQ's "create mapped file failed..." and the cause
+- :class:`rmqlog.LmqLimitError`: SYSTEM_ERROR 1; RocketMQ's "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]..." and the cause
+- any other :class:`rmqlog.StoreError` or ``OSError``: SYSTEM_ERROR 1; the error's type and message
 
 Nothing else is mapped: an exception of another type is a bug of ours and propagates (the
 transport logs it and answers SYSTEM_ERROR).

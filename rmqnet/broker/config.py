@@ -124,7 +124,7 @@ class BrokerConfig:
       a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
       ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
       always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
-    - Peers' credentials (ours; :mod:`rmqnet.ha.auth`, docs/broker.md "Access control"):
+    - Peers' credentials (ours; :mod:`rmqnet.ha.auth`, docs/access-control.md "Replication"):
       ``ha_slave_allow_list`` (``haSlaveAllowList``: the addresses a master streams to, in the
       ACL's address syntax, ``,``-separated; None: see the docs for who is let in then) and
       ``inner_client_authentication_credentials`` (``innerClientAuthenticationCredentials``,

@@ -31,7 +31,8 @@ dropped by :meth:`ClientRegistry.run_once`; a closed connection drops its client
 A SQL92 subscription's expression is compiled when the heartbeat registers it (Java's
 ``ConsumerFilterManager``): the pull without a subscription of its own reads with it; one
 that does not compile is not kept (the heartbeat still succeeds, as in Java).
-GET_CONSUMER_LIST_BY_GROUP answers ``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for this
+GET_CONSUMER_LIST_BY_GROUP answers ``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for
+this
 group" as Java does. A body that is not HeartbeatData is ``SYSTEM_ERROR`` naming what is
 wrong, and nothing of it is registered.
 """

@@ -13,7 +13,8 @@ the proxy's default 60 s); a filter of type ``SQL`` with an empty expression
 (:data:`_BY_POP`: an unknown topic ``TOPIC_NOT_FOUND``, group ``CONSUMER_GROUP_NOT_FOUND``, an
 expression that does not parse ``ILLEGAL_FILTER_EXPRESSION``..., SQL on a broker with
 ``enablePropertyFilter=false`` ``UNSUPPORTED``). A ``SQL`` filter is the pop's SQL92 filter.
-The request's queue only names the broker (the proxy's selector): the pop reads every readable queue of the topic and the group's POP retry topic.
+The request's queue only names the broker (the proxy's selector): the pop reads every readable queue of the topic and
+the group's POP retry topic.
 A group whose subscription config says ``consumeMessageOrderly`` (RocketMQ 5's FIFO group,
 the ``fifo`` of its Settings) pops orderly: a message group's next message waits while an
 earlier one is invisible.

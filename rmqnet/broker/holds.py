@@ -251,7 +251,8 @@ _WATCHED = "rmqnet.broker.close_watched"
 def watch_close(broker: Broker, peer: Peer) -> None:
     """Have ``peer``'s connection tell the broker when it closes, once per connection: the
     transport's connections run the callables of their ``on_close`` list then. What closes
-    with it: its held pulls and pops (``broker.holds``, ``broker.pop_holds``) and its clients (``broker.consumers``). A peer
+    with it: its held pulls and pops (``broker.holds``, ``broker.pop_holds``) and its clients (``broker.consumers``). A
+    peer
     without that list (a test's stand-in) is left alone: its held pulls are dropped when they
     would be answered, its clients when they expire."""
     if peer.attrs.get(_WATCHED):

@@ -9,13 +9,15 @@ offsets; the table is merged with the store's ``config/consumerOffset.json`` (wh
 API, ``rmqlog lag`` and Spark consumer groups read) every ``flushConsumerOffsetInterval`` ms
 and at a clean stop (:mod:`rmqnet.broker.state`).
 
-| code | request extFields | response extFields |
-|---|---|---|
-| 14 | ``consumerGroup, topic, queueId`` | ``offset``; none stored: 0 when the queue's min offset is <= 0 and its first record is not "on disk" (Java's ``checkInDiskByConsumeOffset``: more than 40% of the memory behind the commitlog's end), else ``QUERY_NOT_FOUND`` 22 (the client then asks 30 or 29) |
-| 15 | ``consumerGroup, topic, queueId, commitOffset`` | none; a negative offset (ali-ons' "nothing yet") is not stored; oneway tolerated |
-| 29 | ``topic, queueId, timestamp`` | ``offset``: the first at or after the time (the store's rule; max offset if none) |
-| 30 / 31 | ``topic, queueId`` | ``offset``: max / min offset (0 for a queue that does not exist) |
-| 32 | ``topic, queueId`` | ``timestamp``: store time (ms) of the queue's first message, -1 if none |
+(code: request extFields; response extFields)
+- 14: ``consumerGroup, topic, queueId``; ``offset``; none stored: 0 when the queue's min offset is <= 0 and its first
+  record is not "on disk" (Java's ``checkInDiskByConsumeOffset``: more than 40% of the memory behind the commitlog's
+  end), else ``QUERY_NOT_FOUND`` 22 (the client then asks 30 or 29)
+- 15: ``consumerGroup, topic, queueId, commitOffset``; none; a negative offset (ali-ons' "nothing yet") is not stored;
+  oneway tolerated
+- 29: ``topic, queueId, timestamp``; ``offset``: the first at or after the time (the store's rule; max offset if none)
+- 30 / 31: ``topic, queueId``; ``offset``: max / min offset (0 for a queue that does not exist)
+- 32: ``topic, queueId``; ``timestamp``: store time (ms) of the queue's first message, -1 if none
 
 A field missing or mistyped is ``SYSTEM_ERROR`` naming it (the dispatch table); a name or
 queue the store refuses is ``SYSTEM_ERROR`` with the store's message.

@@ -10,14 +10,16 @@ passed and the revive redelivered what was not acked (:mod:`rmqnet.broker.pop`).
 
 The log's records (JSON objects, one a line; written before the answer that depends on them):
 
-| ``k`` | fields | meaning |
-|---|---|---|
-| ``ck`` | ``id g t q s p i o c n``, ``f`` (orderly), ``a`` (attempts), ``d`` (acked indexes), ``h`` (indexes not handed out by this pop), ``x`` (replaces) | a checkpoint: group, topic, queue, start, popTime, invisibleTime, queue offsets, commitlog offsets; ``n`` the queue's position after the pop |
-| ``ack`` | ``id x`` | the indexes ``x`` of checkpoint ``id`` acked |
-| ``inv`` | ``id i`` | an orderly checkpoint's invisibleTime moved (ChangeInvisibleTime of an orderly handle) |
-| ``rv`` | ``seq ids`` | a revive begun: the checkpoints whose unacked messages are being stored again, under the store's idempotence marker with sequence ``seq`` (they take no ack from now on) |
-| ``done`` | ``seq ids`` | that revive done: the checkpoints forgotten |
-| ``pos`` | ``g t q n`` | a position moved without a checkpoint (units scanned past by a filter) |
+(``k``: fields; meaning)
+- ``ck``: ``id g t q s p i o c n``, ``f`` (orderly), ``a`` (attempts), ``d`` (acked indexes), ``h`` (indexes not handed
+  out by this pop), ``x`` (replaces); a checkpoint: group, topic, queue, start, popTime, invisibleTime, queue offsets,
+  commitlog offsets; ``n`` the queue's position after the pop
+- ``ack``: ``id x``; the indexes ``x`` of checkpoint ``id`` acked
+- ``inv``: ``id i``; an orderly checkpoint's invisibleTime moved (ChangeInvisibleTime of an orderly handle)
+- ``rv``: ``seq ids``; a revive begun: the checkpoints whose unacked messages are being stored again, under the store's
+  idempotence marker with sequence ``seq`` (they take no ack from now on)
+- ``done``: ``seq ids``; that revive done: the checkpoints forgotten
+- ``pos``: ``g t q n``; a position moved without a checkpoint (units scanned past by a filter)
 
 Replaying the log in order gives the state as it was after the last whole record: a
 checkpoint whose messages are all acked is dropped, a replaced one (an orderly queue popped

@@ -6,7 +6,8 @@ RocketMQ stores its checkpoints and acks as messages of its revive topic, so und
 page cache; :class:`PopLogSync` adds the power-loss half: a pop, ack or change answers once an
 ``fsync`` covering its write returned. The ``fsync`` runs in a worker thread, never on the
 event loop, one for every waiter of a turn of the loop at once (a group commit, as the sends'
-flush): it starts at the end of the turn, and waiters that arrive while one runs get the next. Under ``ASYNC_FLUSH`` nothing waits (the log is synced at
+flush): it starts at the end of the turn, and waiters that arrive while one runs get the next. Under ``ASYNC_FLUSH``
+nothing waits (the log is synced at
 a clean stop).
 """
 

@@ -1,11 +1,14 @@
 """The broker's part in master/slave replication, by ``brokerRole`` (RocketMQ 4.9.8's
 ``BrokerRole``, ``HAService``, ``CommitLog.submitReplicaRequest``).
 
-| role | HA service | sends | pulls |
-|---|---|---|---|
-| ``ASYNC_MASTER`` | :class:`rmqnet.ha.HAServer` on ``haListenPort`` | answered after the put (and the flush under ``SYNC_FLUSH``) | served |
-| ``SYNC_MASTER`` | the same | answered once a slave acknowledged the put's end (below); END_TRANSACTION too, SUCCESS whatever the wait gave (:mod:`rmqnet.broker.transactions`) | served |
-| ``SLAVE`` | :class:`rmqnet.ha.HAClient` to its master | refused: ``SERVICE_NOT_AVAILABLE`` with RocketMQ's remark ("...messages are put to the slave...": ``DefaultMessageStore.checkStoreStatus``) | served (commit offsets not stored: ``PullMessageProcessor``) |
+(role: HA service; sends; pulls)
+- ``ASYNC_MASTER``: :class:`rmqnet.ha.HAServer` on ``haListenPort``; answered after the put (and the flush under
+  ``SYNC_FLUSH``); served
+- ``SYNC_MASTER``: the same; answered once a slave acknowledged the put's end (below); END_TRANSACTION too, SUCCESS
+  whatever the wait gave (:mod:`rmqnet.broker.transactions`); served
+- ``SLAVE``: :class:`rmqnet.ha.HAClient` to its master; refused: ``SERVICE_NOT_AVAILABLE`` with RocketMQ's remark
+  ("...messages are put to the slave...": ``DefaultMessageStore.checkStoreStatus``); served (commit offsets not stored:
+  ``PullMessageProcessor``)
 
 ``SYNC_MASTER`` (``submitReplicaRequest``, for messages whose ``WAIT`` property is not
 ``false``): with a slave connected and less than ``haSlaveFallbehindMax`` behind the put's end

@@ -6,14 +6,15 @@ A consumer whose handler failed sends the message back (``offset``: its commitlo
 and not used, as in Java). Per request, in Java's order (each refusal with Java's code and
 remark, nothing stored):
 
-| check | answer |
-|---|---|
-| a required field (``offset``, ``group``, ``delayLevel``) missing or mistyped | SYSTEM_ERROR naming it (the dispatch) |
-| the broker is a SLAVE or stopping | SERVICE_NOT_AVAILABLE |
-| the group is no valid group name; or ``autoCreateSubscriptionGroup=false`` and the group is unknown here (no consumer of it registered, no ``%RETRY%<group>`` topic) | SUBSCRIPTION_GROUP_NOT_EXIST 26, "subscription group not exist, G ..." |
-| the broker without write permission | NO_PERMISSION |
-| ``%RETRY%<group>`` (created with 1 queue, read-write, when missing) not writable | NO_PERMISSION |
-| no record starts at ``offset`` (negative, deleted, past the end, inside a record) | SYSTEM_ERROR "look message by offset failed, N" |
+(check: answer)
+- a required field (``offset``, ``group``, ``delayLevel``) missing or mistyped: SYSTEM_ERROR naming it (the dispatch)
+- the broker is a SLAVE or stopping: SERVICE_NOT_AVAILABLE
+- the group is no valid group name; or ``autoCreateSubscriptionGroup=false`` and the group is unknown here (no consumer
+  of it registered, no ``%RETRY%<group>`` topic): SUBSCRIPTION_GROUP_NOT_EXIST 26, "subscription group not exist, G ..."
+- the broker without write permission: NO_PERMISSION
+- ``%RETRY%<group>`` (created with 1 queue, read-write, when missing) not writable: NO_PERMISSION
+- no record starts at ``offset`` (negative, deleted, past the end, inside a record): SYSTEM_ERROR "look message by
+  offset failed, N"
 
 Then the message is stored again (:mod:`rmqlog.log.send_back`): to ``%RETRY%<group>`` queue 0
 with ``reconsumeTimes + 1``, ``RETRY_TOPIC`` (its first topic), ``ORIGIN_MESSAGE_ID`` (the first

@@ -179,7 +179,7 @@ class Admin(RemoteClient):
     def update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store the group's offset of the queue (code 15, answered: not oneway): on the
         master, else (gone, or out of reach) on a slave, which keeps it until its
-        SlaveSynchronize copies the master's offsets over it again (docs/broker.md)."""
+        SlaveSynchronize copies the master's offsets over it again (docs/replication.md)."""
         call(self._update_offset(broker, group, topic, queue_id, offset))
 
     # ---- topics ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The cluster as an operator sees it (rocketmq-dashboard's Cluster page, ``mqadmin
 clusterList``): every broker the name server's cluster info (106) names, each asked its
 runtime figures (GET_BROKER_RUNTIME_INFO, 28). Shared by ``rmqlog broker-status``
-(:mod:`rmqnet.wire_status`) and the console's cluster page (:mod:`rmqnet.console`).
+(:mod:`rmqnet.commands.broker_status`) and the console's cluster page (:mod:`rmqnet.console`).
 
 One row per broker: cluster, broker group, id and role (``brokerRole`` when the broker reports
 it, else master for id 0 and slave for the others), address, version, disk use

@@ -7,14 +7,20 @@ A broker group (``BrokerData``: a brokerName and its addresses by broker id, 0 t
 byte for byte, so queue offsets, commitlog offsets and message ids are the same on both.
 Java's choices (4.9.8, ``MQClientInstance``, ``PullAPIWrapper``, ``RemoteBrokerOffsetStore``):
 
-| request | Java's address | here: the first address, then |
-|---|---|---|
-| PULL_MESSAGE | ``findBrokerAddressInSubscribe(name, recalculatePullFromWhichNode(mq), false)``: the id the last answer of that queue suggested (``suggestWhichBrokerId``; the master until one did), a slave id the group lacks: the next id, else the group's first address (lowest id, HashMap order) | :func:`pull_ids`: the same; the group's other ids ascending |
-| consumer offsets (14, 15) | ``findBrokerAddressInSubscribe(name, MASTER_ID, true)``, after a route refresh ``(..., false)``: the master, else the first address | :func:`offset_ids`: the same; the slaves ascending |
-| queue offsets, queries (29-32, 12) | 5.x ``findBrokerAddressInAdmin``: the first address (4.9.8's ``MQAdminImpl`` asks the master only, its tools ``selectBrokerAddr``: the master, else a random slave) | :func:`admin_ids`: ids ascending |
-| heartbeats (34) | ``sendHeartbeatToAllBroker``: with consumers every address, masters and slaves; producers only: the masters | :func:`heartbeat_addrs` |
-| the group's consumers (38) | ``findConsumerIdList``: a random group of the topic, ``selectBrokerAddr`` | :func:`consumer_list_addrs`: groups by name, each in :func:`admin_ids` order |
-| sends | ``topicRouteData2TopicPublishInfo``: groups with a master only | :func:`rmqnet.client.latency.publish_queues` (unchanged) |
+(request: Java's address; here: the first address, then)
+- PULL_MESSAGE: ``findBrokerAddressInSubscribe(name, recalculatePullFromWhichNode(mq), false)``: the id the last answer
+  of that queue suggested (``suggestWhichBrokerId``; the master until one did), a slave id the group lacks: the next id,
+  else the group's first address (lowest id, HashMap order); :func:`pull_ids`: the same; the group's other ids ascending
+- consumer offsets (14, 15): ``findBrokerAddressInSubscribe(name, MASTER_ID, true)``, after a route refresh ``(...,
+  false)``: the master, else the first address; :func:`offset_ids`: the same; the slaves ascending
+- queue offsets, queries (29-32, 12): 5.x ``findBrokerAddressInAdmin``: the first address (4.9.8's ``MQAdminImpl`` asks
+  the master only, its tools ``selectBrokerAddr``: the master, else a random slave); :func:`admin_ids`: ids ascending
+- heartbeats (34): ``sendHeartbeatToAllBroker``: with consumers every address, masters and slaves; producers only: the
+  masters; :func:`heartbeat_addrs`
+- the group's consumers (38): ``findConsumerIdList``: a random group of the topic, ``selectBrokerAddr``;
+  :func:`consumer_list_addrs`: groups by name, each in :func:`admin_ids` order
+- sends: ``topicRouteData2TopicPublishInfo``: groups with a master only; :func:`rmqnet.client.latency.publish_queues`
+  (unchanged)
 
 Ours on top: Java keeps asking the address its route names until its next route poll (30 s);
 here an address whose request failed at the link (refused, reset, no answer in time) is

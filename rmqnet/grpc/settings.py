@@ -11,7 +11,8 @@ some block their start until they come (Node.js; Python for push consumers). Wha
   exponential 10 ms .. 1 s, multiplier 2 (the proxy's producer defaults; Node.js asserts the
   exponential form);
 - a consumer (``subscription``): ``receive_batch_size`` 32, ``long_polling_timeout`` 20 s,
-  ``fifo`` the group's ``consumeMessageOrderly`` (or as the client says), ``backoff_policy`` = the group's ``retryMaxTimes`` plus one
+  ``fifo`` the group's ``consumeMessageOrderly`` (or as the client says), ``backoff_policy`` = the group's
+  ``retryMaxTimes`` plus one
   attempts (17 for a group the broker does not know), exponential 1 s .. 2 h;
 - ``request_timeout`` 3 s, as the proxy's.
 """

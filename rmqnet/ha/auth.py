@@ -85,7 +85,8 @@ def encode_verdict(reason: str | None) -> bytes:
 
 class SlaveAdmission:
     """The master's rule (module docstring). ``allowed``: ``haSlaveAllowList``'s matcher of a
-    peer IP (None: not set; the broker builds it with its ACL's address syntax); ``secret_of(access_key)``: the secret a proof with that key must use, None for a key
+    peer IP (None: not set; the broker builds it with its ACL's address syntax); ``secret_of(access_key)``: the secret a
+    proof with that key must use, None for a key
     not admitted (None as a whole: nothing to check proofs with); ``require_proof``: whether a
     peer without a proof needs the allow list (ACL on, or cluster credentials set)."""
 

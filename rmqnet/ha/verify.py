@@ -11,11 +11,11 @@ reports ``A`` (rounded down to a record boundary: a slave may have acknowledged 
 record, and the new master holds only its whole ones), and :class:`RejoinVerifier` compares
 the master's stream from ``A`` with its own bytes over ``[A, E)``:
 
-| what the stream does | verdict |
-|---|---|
-| a byte at ``D < E`` differs from this log's | cut at ``D`` (the store keeps the whole records ending at or before ``D``) |
-| a heartbeat at ``M < E`` after every byte up to ``M`` matched (the master's log ends there) | cut at ``M`` |
-| every byte up to ``E`` matched | keep everything; the stream's bytes past ``E`` are replicated as usual |
+(what the stream does: verdict)
+- a byte at ``D < E`` differs from this log's: cut at ``D`` (the store keeps the whole records ending at or before
+  ``D``)
+- a heartbeat at ``M < E`` after every byte up to ``M`` matched (the master's log ends there): cut at ``M``
+- every byte up to ``E`` matched: keep everything; the stream's bytes past ``E`` are replicated as usual
 
 A stream that differs at ``A`` itself is the usual case after a failover: the promoted slave
 held exactly ``[0, A)`` and its first own record starts at ``A``; the cut is then at ``A``,

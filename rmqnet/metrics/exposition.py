@@ -12,7 +12,7 @@ computation, not once per scrape): each family appears in one piece.
 standard library's ``ThreadingHTTPServer``), on ``host`` (127.0.0.1 by default) and ``port``
 (0: any free port, read :attr:`MetricsEndpoint.port`); a page that fails to render is a 500
 naming the error (logged), never a traceback on the page. A scrape never runs on the event
-loop (docs/decisions.md, "Metrics on a thread of its own": the loop form measured against
+loop (docs/decisions.md, "gRPC, metrics and the console": the loop form measured against
 it, kept as :attr:`MetricsEndpoint.on_loop` for that measurement).
 :meth:`MetricsEndpoint.start` raises ``OSError`` when the address cannot be bound.
 """

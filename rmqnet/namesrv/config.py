@@ -1,6 +1,6 @@
 """The name server's configuration: ``rmqlog namesrv -c namesrv.conf`` (Java properties, as
 RocketMQ's ``mqnamesrv -c``). Keys read here (ours; RocketMQ 4.9.8's name server has none of
-them: see docs/broker.md "Access control"); any other key is ignored, as RocketMQ ignores keys
+them: see docs/access-control.md "Registration"); any other key is ignored, as RocketMQ ignores keys
 it does not know:
 
 - ``aclEnable`` (false): registrations (103, 104) must be signed with the cluster's

@@ -4,7 +4,8 @@ timer, and a clean stop.
 ``await NameServerProcess(host, port).start()`` listens (127.0.0.1 by default; port 0 picks a
 free one, read :attr:`NameServerProcess.port`); every request is answered by the core at the
 clock's monotonic time in ms (the core only compares times: a broker's last registration with
-now; a wall clock that steps would expire brokers early or late); a connection that closes drops the brokers registered over it; every
+now; a wall clock that steps would expire brokers early or late); a connection that closes drops the brokers registered
+over it; every
 :attr:`BrokerExpiry.interval_ms` the expiry drops brokers silent for 120 s and closes their
 connections. ``await stop()`` stops accepting, answers what is in flight and closes every
 connection. :meth:`NameServerProcess.serve` runs until SIGTERM or SIGINT, then stops.

@@ -3,14 +3,15 @@
 A pattern is read once (:func:`address_pattern`) into a matcher of a peer's IP (the peer's
 ``ip:port`` with the port cut at the last ``:``, as ``PlainAccessValidator.parse`` cuts it):
 
-| pattern | matches |
-|---|---|
-| empty or missing | nothing (``BlankRemoteAddressStrategy``) |
-| ``*``, ``*.*.*.*``, ``*:*:*:*:*:*:*:*`` | every address |
-| ``192.168.0.{1,2}`` (ends with ``}``) | the listed last parts: 192.168.0.1 and 192.168.0.2 |
-| ``192.168.0.1,192.168.0.2`` | the listed addresses |
-| ``192.168.1.1-5``, ``192.168.1.*``, ``192.168.*.*``, ``10.*.1.1`` | the first part from the left that is ``*`` or ``a-b`` is compared with its range, the parts before it must be equal, the parts after it are ignored (RocketMQ's rule); IPv6 the same with hex groups (``1:2:3:4:5:6:7:*``, ``2::ac5:78:1-200:*``) |
-| an IPv4 or IPv6 address | that address (IPv6 compared expanded) |
+(pattern: matches)
+- empty or missing: nothing (``BlankRemoteAddressStrategy``)
+- ``*``, ``*.*.*.*``, ``*:*:*:*:*:*:*:*``: every address
+- ``192.168.0.{1,2}`` (ends with ``}``): the listed last parts: 192.168.0.1 and 192.168.0.2
+- ``192.168.0.1,192.168.0.2``: the listed addresses
+- ``192.168.1.1-5``, ``192.168.1.*``, ``192.168.*.*``, ``10.*.1.1``: the first part from the left that is ``*`` or
+  ``a-b`` is compared with its range, the parts before it must be equal, the parts after it are ignored (RocketMQ's
+  rule); IPv6 the same with hex groups (``1:2:3:4:5:6:7:*``, ``2::ac5:78:1-200:*``)
+- an IPv4 or IPv6 address: that address (IPv6 compared expanded)
 
 A pattern RocketMQ refuses at load (``AclException``: not four parts before ``{..}``, an
 address that is no IP, a range outside 0-255 or reversed, a part that is no number) raises

@@ -14,13 +14,16 @@ broker writes it (:func:`encode_queue_map`) and our client reads it
 standard JSON: the one reader of fastjson's JSON, the routes' too). ``ConsumeStats``'s
 ``consumeTps`` is a double (``0.0``).
 
-| body | fields (fastjson order) |
-|---|---|
-| ``TopicStatsTable`` | ``offsetTable``: queue -> ``{lastUpdateTimestamp, maxOffset, minOffset}`` |
-| ``ConsumeStats`` | ``consumeTps`` (double), ``offsetTable``: queue -> ``{brokerOffset, consumerOffset, lastTimestamp}`` |
-| ``SubscriptionGroupWrapper`` (201) | ``dataVersion``: ``{counter, timestamp}``, ``subscriptionGroupTable``: group -> ``SubscriptionGroupConfig`` |
-| ``SubscriptionGroupConfig`` (200's body) | ``brokerId``, ``consumeBroadcastEnable``, ``consumeEnable``, ``consumeFromMinEnable``, ``groupName``, ``notifyConsumerIdsChangedEnable``, ``retryMaxTimes``, ``retryQueueNums``, ``whichBrokerWhenConsumeSlowly`` |
-| ``ConsumerConnection`` | ``connectionSet``: ``[{clientAddr, clientId, language, version}]``, ``consumeFromWhere``, ``consumeType``, ``messageModel``, ``subscriptionTable``: topic -> ``SubscriptionData`` |
+(body: fields (fastjson order))
+- ``TopicStatsTable``: ``offsetTable``: queue -> ``{lastUpdateTimestamp, maxOffset, minOffset}``
+- ``ConsumeStats``: ``consumeTps`` (double), ``offsetTable``: queue -> ``{brokerOffset, consumerOffset, lastTimestamp}``
+- ``SubscriptionGroupWrapper`` (201): ``dataVersion``: ``{counter, timestamp}``, ``subscriptionGroupTable``: group ->
+  ``SubscriptionGroupConfig``
+- ``SubscriptionGroupConfig`` (200's body): ``brokerId``, ``consumeBroadcastEnable``, ``consumeEnable``,
+  ``consumeFromMinEnable``, ``groupName``, ``notifyConsumerIdsChangedEnable``, ``retryMaxTimes``, ``retryQueueNums``,
+  ``whichBrokerWhenConsumeSlowly``
+- ``ConsumerConnection``: ``connectionSet``: ``[{clientAddr, clientId, language, version}]``, ``consumeFromWhere``,
+  ``consumeType``, ``messageModel``, ``subscriptionTable``: topic -> ``SubscriptionData``
 
 Broker config (``MixAll.properties2String``): one ``key=value`` a line, ``\\n`` after each;
 UPDATE_BROKER_CONFIG's body is read as ``Properties.load`` reads it (``javaproperties``).

@@ -16,7 +16,7 @@ quotes, then a split on the rest), the innermost pairs removed up to 8 times (a 
 a topic table is flat after one), and the depth of what is left read from prefix sums by C
 iterators (``itertools.accumulate``), stopping at the first 4,096 brackets that go too deep.
 Exact for JSON; for anything else never below what a reader would reach before its error.
-Measured (docs/broker.md): a 1.5 MB RegisterBrokerBody of 10,000 topics, a fraction of its
+Measured: a 1.5 MB RegisterBrokerBody of 10,000 topics, a fraction of its
 ``json.loads``.
 
 Text. JSON's ``\\uD800`` escape gives Python a ``str`` holding a lone surrogate, which no

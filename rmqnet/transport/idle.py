@@ -6,7 +6,8 @@ reading its answers; a request in flight does not save it).
 :class:`IdleSweeper` is a service in the store's style: ``run_once(now_ms)`` does one round
 as of ``now_ms`` (milliseconds of a monotonic clock), so tests drive it with a
 :class:`rmqlog.ManualClock` and no sleep. Its default clock is the event loop's
-(:class:`LoopClock`): the transport asks its loop for the time and imports nothing of the store. The hot path reads no clock: every read and write
+(:class:`LoopClock`): the transport asks its loop for the time and imports nothing of the store. The hot path reads no
+clock: every read and write
 bumps the connection's ``activity`` counter, and a round compares it with what the previous
 round saw. A connection is idle from the first round that saw its counter unchanged; it is
 closed once a round finds it unchanged for ``idle_ms`` (so it is closed between ``idle_ms``

@@ -190,7 +190,8 @@ def put_direct(
     dispatcher stands at the put; otherwise a full dispatch (``dispatch``) or the background
     dispatcher woken. ``defer_dispatch``: that dispatch is left to :func:`dispatch_put` (a
     broker answers first); the background dispatcher leaves the put to it for
-    :data:`rmqlog.queue.dispatcher.DIRECT_GRACE_S` at most. ``not_allowed``: the topics no such put may name (the caller's rule)."""
+    :data:`rmqlog.queue.dispatcher.DIRECT_GRACE_S` at most. ``not_allowed``: the topics no such put may name (the
+    caller's rule)."""
     parts = appender.parts
     records = encode_direct(
         messages,

@@ -5,17 +5,17 @@ Every read of messages by queue position for a consumer goes through :func:`read
 ``get_messages`` (the store's ``getMessage``), the Spark source's tasks, and the network
 side's pull to come. The rules, each RocketMQ's unless said:
 
-| case | status | next offset |
-|---|---|---|
-| no such queue | ``NO_MATCHED_LOGIC_QUEUE`` | 0 |
-| the queue is empty (max offset 0) | ``NO_MESSAGE_IN_QUEUE`` | 0 |
-| offset < min offset | ``OFFSET_TOO_SMALL`` | min offset |
-| offset == max offset | ``OFFSET_OVERFLOW_ONE`` | offset |
-| offset > max offset | ``OFFSET_OVERFLOW_BADLY`` | max offset |
-| the consume-queue file holding offset went meanwhile (retention) | ``OFFSET_FOUND_NULL`` | the queue's min offset now (1) |
-| a message found | ``FOUND`` | offset + units scanned |
-| none found, a matching unit's record deleted meanwhile (or a filler) | ``MESSAGE_WAS_REMOVING`` | offset + units scanned |
-| none found, every unit filtered out | ``NO_MATCHED_MESSAGE`` | offset + units scanned |
+(case: status; next offset)
+- no such queue: ``NO_MATCHED_LOGIC_QUEUE``; 0
+- the queue is empty (max offset 0): ``NO_MESSAGE_IN_QUEUE``; 0
+- offset < min offset: ``OFFSET_TOO_SMALL``; min offset
+- offset == max offset: ``OFFSET_OVERFLOW_ONE``; offset
+- offset > max offset: ``OFFSET_OVERFLOW_BADLY``; max offset
+- the consume-queue file holding offset went meanwhile (retention): ``OFFSET_FOUND_NULL``; the queue's min offset now
+  (1)
+- a message found: ``FOUND``; offset + units scanned
+- none found, a matching unit's record deleted meanwhile (or a filler): ``MESSAGE_WAS_REMOVING``; offset + units scanned
+- none found, every unit filtered out: ``NO_MATCHED_MESSAGE``; offset + units scanned
 
 (1) RocketMQ answers the first offset of the next consume-queue file; a consumer that goes
 there gets ``OFFSET_TOO_SMALL`` and then the min offset, where this read sends it at once.

@@ -41,7 +41,8 @@ reads: an output path inside the root, links resolved, is refused before anythin
 known ones, with the same exit status in every command. Exit statuses
 (:mod:`rmqlog.admin.exits`): 0 done, 1 nothing found or problems found, 2 what was asked is
 wrong, 3 the store cannot do it. The commands live in :mod:`rmqlog.admin.reading`,
-:mod:`rmqlog.admin.changing`, :mod:`rmqlog.admin.export` and :mod:`rmqlog.admin.dead_letters`; this module holds the arguments
+:mod:`rmqlog.admin.changing`, :mod:`rmqlog.admin.export` and :mod:`rmqlog.admin.dead_letters`; this module holds the
+arguments
 (argparse: help for every subcommand and argument) and the dispatch.
 """
 
@@ -60,7 +61,7 @@ from ..values import arg_type, parse_int
 from . import changing, dead_letters, reading
 from .exits import HELP, STORE, CliError, code_for
 from .outpath import check_outside, open_output
-from .render import emit, error
+from .render import ArgumentParser, emit, error
 
 
 def _version() -> str:
@@ -99,7 +100,7 @@ def _parser(extra_commands: Sequence[tuple[str, str]] = ()) -> argparse.Argument
     """The command's arguments; ``extra_commands`` (name, help) are listed with the others in
     ``--help`` (the commands another package serves: the ``rmqlog`` entry point's network
     commands) and parse as nothing more than their name."""
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="rmqlog",
         description="Inspect and maintain a spark-rmq (RocketMQ-format) store. "
         "Times are ms since the epoch or ISO 8601; a time without a zone is UTC.",

@@ -73,7 +73,8 @@ def info(s: MessageStore, args: argparse.Namespace) -> int:
         f"store        {s.paths.root}",
         f"segments     {len(starts)} x {s.commitlog.segment_size:,} B"
         + (f"  (first {starts[0]:020d}, last {starts[-1]:020d})" if starts else ""),
-        f"commitlog    min {obj['commitlogMin']:,}  published tail {obj['publishedTail']:,}  flushed {obj['flushed']:,}",
+        f"commitlog    min {obj['commitlogMin']:,}  published tail {obj['publishedTail']:,}  flushed "
+        f"{obj['flushed']:,}",
         f"topics       {len(topics)}",
     ]
     for name, t in per_topic.items():

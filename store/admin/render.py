@@ -1,15 +1,17 @@
-"""How the ``rmqlog`` command prints: messages as JSON lines, one JSON object with ``--json``,
-errors on stderr.
+"""How the ``rmqlog`` command prints, the store's commands and the network's alike: messages as
+JSON lines, one JSON object with ``--json``, errors on stderr (one line, ``rmqlog:``).
 
 Messages go through :mod:`rmqlog.admin.jsonl` (the same text as ``export --format jsonl``);
-``--json`` objects have camelCase keys in every command.
+``--json`` objects have camelCase keys in every command. argparse's errors keep its usage
+lines and end with one ``rmqlog: COMMAND: message`` line (:class:`ArgumentParser`).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 
@@ -19,6 +21,16 @@ from . import jsonl
 def error(message: str) -> None:
     sys.stdout.flush()  # never interleaved into a line of the output before it
     print(f"rmqlog: {message}", file=sys.stderr)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too) with its error line as every other error line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("rmqlog").strip()
+        error(f"{command}: {message}" if command else message)
+        raise SystemExit(2)  # argparse's status for a wrong argument (rmqlog.admin.exits.USAGE)
 
 
 def emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:

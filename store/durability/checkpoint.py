@@ -2,12 +2,11 @@
 
 ``<root>/checkpoint`` is exactly 4096 bytes (one page), big-endian:
 
-| offset | field                | meaning                                                         |
-|--------|----------------------|-----------------------------------------------------------------|
-| 0      | physicMsgTimestamp   | long: STORETIMESTAMP (ms) of the last commitlog record flushed  |
-| 8      | logicsMsgTimestamp   | long: store time of the last record whose consume-queue unit was flushed |
-| 16     | indexMsgTimestamp    | long: endTimestamp of the newest full index file synced (0: none; see rmqlog.index) |
-| 24..   | zero                 | RocketMQ 5.x puts masterFlushedOffset/confirmPhyOffset at 24/32; this store leaves them 0 |
+(offset: field; meaning)
+- 0: physicMsgTimestamp; long: STORETIMESTAMP (ms) of the last commitlog record flushed
+- 8: logicsMsgTimestamp; long: store time of the last record whose consume-queue unit was flushed
+- 16: indexMsgTimestamp; long: endTimestamp of the newest full index file synced (0: none; see rmqlog.index)
+- 24..: zero; RocketMQ 5.x puts masterFlushedOffset/confirmPhyOffset at 24/32; this store leaves them 0
 
 Recovery after an abnormal exit trusts everything stored up to
 ``min(physic, logics) - 3000 ms`` (:meth:`Checkpoint.safe_timestamp`): it starts its walk at

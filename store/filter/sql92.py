@@ -35,7 +35,7 @@ expression not match that message (the broker catches it), unless ``AND``/``OR``
 decided without evaluating that side. ``AND``/``OR``/``NOT`` are Kleene's three-valued logic.
 A message matches when the expression is TRUE.
 
-Deviations from Java, on purpose (docs/decisions.md 2026-11-29): tokens left after a complete
+Deviations from Java, on purpose (docs/decisions.md, "Reading and dispatch"): tokens left after a complete
 expression are refused (Java stops reading there and filters by the first part, so
 ``a = 1 b = 2`` filters by ``a = 1``); an expression is bounded (:data:`MAX_EXPRESSION_CHARS`,
 :data:`MAX_DEPTH`, :data:`MAX_NODES`), Java's only bound is the request's frame.

@@ -177,7 +177,8 @@ class IndexFile(IndexAppends):
             actual = os.fstat(fd).st_size
             if actual != size:
                 raise CorruptIndexError(
-                    f"index file is {actual} bytes, expected {size} for {hash_slot_num} hash slots and {index_num} entries",
+                    f"index file is {actual} bytes, expected {size} for {hash_slot_num} hash slots and {index_num} "
+                    "entries",
                     path=str(path),
                 )
             raw = os.pread(fd, HEADER_SIZE, 0)

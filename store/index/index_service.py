@@ -122,7 +122,8 @@ class IndexService:
 
     ``writable=False`` (readers: any number of processes) opens files read-only and never
     creates, repairs or deletes anything; ``writable=True`` is for the one process that
-    holds the store's dispatch lock. ``now_ms`` gives the wall clock (file names; a store's: its clock's, :mod:`rmqlog.clock`).
+    holds the store's dispatch lock. ``now_ms`` gives the wall clock (file names; a store's: its clock's,
+    :mod:`rmqlog.clock`).
     """
 
     def __init__(

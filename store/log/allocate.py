@@ -14,7 +14,8 @@ warm pages). A :class:`SegmentPreparer` moves both off the writer:
   (scans, verify, recovery, RocketMQ's tooling) meets it. The writer that rolls into it
   (any process, under the append lock) links it into ``commitlog/`` under the segment's
   name and removes the prepared name (:meth:`MappedFileQueue.get`): the segment appears
-  whole, in one atomic step; without one it creates the segment as before. A new store's first segment is prepared the same way when its first writer
+  whole, in one atomic step; without one it creates the segment as before. A new store's first segment is prepared the
+  same way when its first writer
   announces its first batch. Prepared files are only zeros (nothing writes into them);
   one left behind (a killed process) is removed by the next first opener's recovery.
 - **Warm-up** (``warm_mapped_file_enable``). The pages a writer of this process is about to

@@ -57,7 +57,8 @@ class MappedFileQueue:
     here: recovery decides (see :mod:`rmqlog.recovery.recovery`), and mapping one raises
     :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
     among equally common ones). Something with a segment's name that is not a file (a folder,
-    a link: never followed) is listed in :attr:`wrong` and refused by :meth:`check_sizes`. Segment creation must be serialized by the caller (the append
+    a link: never followed) is listed in :attr:`wrong` and refused by :meth:`check_sizes`. Segment creation must be
+    serialized by the caller (the append
     lock); lookups are safe from any thread or process.
     """
 

@@ -9,14 +9,13 @@ bad unit. Here the same checks run on the records where they lie (one C pass, or
 only records that passed are then copied once, whole (each unit's ``size`` bytes at its
 offset: the bytes a pull sends), one gather per segment, the segment pinned throughout:
 
-| check | on the record's bytes |
-|---|---|
-| a V1 record starts there, IPv4 hosts (``sysFlag`` bits 0x10/0x20 clear) | MAGIC, SYSFLAG |
-| TOTALSIZE is the unit's size; QUEUEID the queue's; QUEUEOFFSET the unit's | header fields |
-| PHYSICALOFFSET the record's offset; queue id/offset and timestamps in range | :func:`rmqlog.log.record.field_problems` |
-| BODYLENGTH fits; TOPICLENGTH and the topic are the queue's | one byte, a ``(n, len)`` compare |
-| PROPERTIESLENGTH is the rest of the record | two bytes |
-| with ``crc``: each body's CRC is its BODYCRC | one batch CRC call |
+(check: on the record's bytes)
+- a V1 record starts there, IPv4 hosts (``sysFlag`` bits 0x10/0x20 clear): MAGIC, SYSFLAG
+- TOTALSIZE is the unit's size; QUEUEID the queue's; QUEUEOFFSET the unit's: header fields
+- PHYSICALOFFSET the record's offset; queue id/offset and timestamps in range: :func:`rmqlog.log.record.field_problems`
+- BODYLENGTH fits; TOPICLENGTH and the topic are the queue's: one byte, a ``(n, len)`` compare
+- PROPERTIESLENGTH is the rest of the record: two bytes
+- with ``crc``: each body's CRC is its BODYCRC: one batch CRC call
 
 :func:`records_pass` only says yes or no. Anything it does not take (a MAGIC V2 record, an
 IPv6 host, any check failing) is a "no", and the caller then runs the general checked read,

@@ -358,7 +358,8 @@ class QueueDensity:
             name = (topics[int(topic_index[cut])], int(queue_id[cut]))
             prev = qoff[:r][key[:r] == key[r]]
             expected = int(prev[-1]) + 1 if len(prev) else self.last.get(name, -1) + 1
-            why = f"QUEUEOFFSET {int(queue_offset[cut])} of queue {name[0]}/{name[1]} breaks its density (expected {expected})"
+            found = int(queue_offset[cut])
+            why = f"QUEUEOFFSET {found} of queue {name[0]}/{name[1]} breaks its density (expected {expected})"
         keep = rows < cut
         if keep.any():
             k2, o2 = key[keep], qoff[keep]

@@ -5,19 +5,19 @@ properties, which a user's put may not set (:data:`rmqlog.log.properties.RESERVE
 What RocketMQ's ``SendMessageProcessor.asyncConsumerSendMsgBack`` stores, per message, and what
 :func:`send_back_table` makes from a :meth:`rmqlog.MessageStore.wire_records` row:
 
-| field | the new record |
-|---|---|
-| topic, queueId | the caller's (``%RETRY%<group>`` or ``%DLQ%<group>``, queue 0) |
-| body, flag, bornTimestamp, bornHost | as stored (a compressed body stays compressed) |
-| sysFlag | as stored, its host bits left to the new record's layout |
-| reconsumeTimes | stored + 1 |
-| ``RETRY_TOPIC`` | kept when present, else the stored record's topic (where it came from) |
-| ``ORIGIN_MESSAGE_ID`` | kept when present and not blank, else the stored record's offset msgId |
-| ``DELAY`` | the caller's level when > 0, given as the put's ``delayLevel`` column (the store routes it to the schedule topic and writes ``DELAY`` there; the properties keep the wire put's fast path), else none |
-| ``REAL_TOPIC``, ``REAL_QID`` | dropped: the store sets them again for a delay (RocketMQ overwrites them) |
-| ``WAIT`` | dropped (RocketMQ stores ``WAIT=false``; a put here never stores ``WAIT``) |
-| ``RMQLOG_*`` | dropped: the store's markers (a scheduler's delivery carries one) belong to the put that wrote them |
-| every other property | kept, in stored order |
+(field: the new record)
+- topic, queueId: the caller's (``%RETRY%<group>`` or ``%DLQ%<group>``, queue 0)
+- body, flag, bornTimestamp, bornHost: as stored (a compressed body stays compressed)
+- sysFlag: as stored, its host bits left to the new record's layout
+- reconsumeTimes: stored + 1
+- ``RETRY_TOPIC``: kept when present, else the stored record's topic (where it came from)
+- ``ORIGIN_MESSAGE_ID``: kept when present and not blank, else the stored record's offset msgId
+- ``DELAY``: the caller's level when > 0, given as the put's ``delayLevel`` column (the store routes it to the schedule
+  topic and writes ``DELAY`` there; the properties keep the wire put's fast path), else none
+- ``REAL_TOPIC``, ``REAL_QID``: dropped: the store sets them again for a delay (RocketMQ overwrites them)
+- ``WAIT``: dropped (RocketMQ stores ``WAIT=false``; a put here never stores ``WAIT``)
+- ``RMQLOG_*``: dropped: the store's markers (a scheduler's delivery carries one) belong to the put that wrote them
+- every other property: kept, in stored order
 
 Whole columns only: the properties are rewritten by the C helper's ``copy_properties`` (one
 pass over the bytes, the scheduler's copies' helper), or without it through the parsed map,
@@ -74,7 +74,8 @@ def drop_and_find(
     props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...]
 ) -> tuple[pa.StringArray, list[pa.Array]]:
     """Per row of a properties column: the stored items without the names in ``drop`` and
-    the store's ``RMQLOG_*`` markers (``name\\x01value\\x02``... in stored order) and the values of ``find`` (null where absent;
+    the store's ``RMQLOG_*`` markers (``name\\x01value\\x02``... in stored order) and the values of ``find`` (null where
+    absent;
     the last one wins, as in Java's map), by Java's parsing rules."""
     if isinstance(props, pa.ChunkedArray):
         props = props.combine_chunks()

@@ -386,7 +386,8 @@ class Dispatcher:
             skip = np.isin(tidx, unusable) & keep
             if skip.any():
                 log.warning(
-                    "commitlog: %d record(s) from offset %d have topics that cannot name a consume queue (%s); not dispatched",
+                    "commitlog: %d record(s) from offset %d have topics that cannot name a consume queue (%s); not "
+                    "dispatched",
                     int(skip.sum()),
                     int(cols.offsets[np.flatnonzero(skip)[0]]),
                     ", ".join(repr(topics[i]) for i in unusable),

@@ -3,7 +3,8 @@
 The first process to open a store (see :mod:`rmqlog.durability.lock_file`) surveys it first
 (:mod:`rmqlog.recovery.survey`: every file of the type it must be, no links), then, once the
 parts are wired, recovers it (:func:`rmqlog.recovery.recovery.recover`) under the append
-lock, before anything else reads or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
+lock, before anything else reads or writes. With ``repair``, config files nothing can read were set aside beforehand:
+recovery
 reports them, and a lost ``topics.json`` is rebuilt with as many queues as the log has.
 Later openers only check the segment sizes and rebuild a missing ``append.state`` from the
 log. Only a first opener may repair: ``repair`` takes the store (:func:`take_ownership`)

@@ -7,13 +7,19 @@ moves is in use) walks the store once, before anything reads it, and compares ea
 with :data:`LAYOUT`. What it does with an entry of the wrong type depends on what the entry
 holds:
 
-| what | entries | at a normal open | with ``repair=True`` |
-|---|---|---|---|
-| the log | ``commitlog/``, its segments | refused: :class:`~rmqlog.errors.WrongFileTypeError` names it, nothing changed | set aside; a segment set aside is a missing one (recovery cuts the log at the gap; the first one: the log starts at the next) |
-| the config folder | ``config/`` | refused, nothing changed | set aside, a new ``config/`` made: topics rebuilt from the log, offsets start over |
-| config files | ``config/*.json``, their ``.bak`` | set aside when the store can do without it: a ``.bak`` (the next write makes a new one), a file whose ``.bak`` is a file (read instead); otherwise left to its reader, which names it, typed, when it is needed (``indexFile.json``: at every open) | set aside |
-| ``lock`` | | refused when the store opens it (before any survey can run) | set aside before the open |
-| derived files (everything else) | ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``, ``*.state``, ``append.base.*``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``..., ``commitlog.prealloc/``... | set aside and rebuilt from the log: nothing is lost | the same |
+(what: entries; at a normal open; with ``repair=True``)
+- the log: ``commitlog/``, its segments; refused: :class:`~rmqlog.errors.WrongFileTypeError` names it, nothing changed;
+  set aside; a segment set aside is a missing one (recovery cuts the log at the gap; the first one: the log starts at
+  the next)
+- the config folder: ``config/``; refused, nothing changed; set aside, a new ``config/`` made: topics rebuilt from the
+  log, offsets start over
+- config files: ``config/*.json``, their ``.bak``; set aside when the store can do without it: a ``.bak`` (the next
+  write makes a new one), a file whose ``.bak`` is a file (read instead); otherwise left to its reader, which names it,
+  typed, when it is needed (``indexFile.json``: at every open); set aside
+- ``lock``: refused when the store opens it (before any survey can run); set aside before the open
+- derived files (everything else): ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``,
+  ``*.state``, ``append.base.*``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``...,
+  ``commitlog.prealloc/``...; set aside and rebuilt from the log: nothing is lost; the same
 
 Rebuilt whole where a part would mislead: a consume-queue file of the wrong type has its
 whole queue folder set aside (a queue missing its first file reads as one whose head

@@ -120,7 +120,8 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
                 Problem(
                     str(cq.directory),
                     have,
-                    f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
+                    f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at "
+                    f"{have}",
                 )
             )
         elif (first := max(floor, least.get((topic, qid), n))) < n:

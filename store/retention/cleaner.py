@@ -12,7 +12,8 @@ A pass (:meth:`Retention.clean`, ``MessageStore.clean_expired``) is RocketMQ's
    the pass there, unless it has been held for longer than
    ``destroy_mapped_file_interval_forcibly``) and moved into ``commitlog.deleted/`` (no
    reader, recovery or tool that lists the segments sees it again); then the folder is
-   synced and the moved files are unlinked (an unlink of a large file can take milliseconds). Deletion is always a prefix
+   synced and the moved files are unlinked (an unlink of a large file can take milliseconds). Deletion is always a
+   prefix
    of the log: a pass cut at any instant leaves a log that starts at a segment boundary at
    or below the recorded start, and the next open or pass completes it
    (:mod:`rmqlog.retention.leftovers`).

@@ -59,7 +59,8 @@ def load_delay_offsets(path: Path) -> dict[int, int]:
         loaded = load_fastjson(path, _decode)
     except CorruptStoreError as exc:
         raise CorruptStoreError(
-            f"{str(exc).removesuffix(f'; file {path}')}; open the store with repair=True to set it aside and resume every "
+            f"{str(exc).removesuffix(f'; file {path}')}; open the store with repair=True to set it aside and resume "
+            "every "
             "delay level from the log",
             path=str(path),
         ) from None

@@ -11,7 +11,8 @@ after its time: late by at most the pass interval (plus the pass), never early.
 A pass (:meth:`TimerDelivery.deliver`), run by the scheduler's pass under its lock:
 
 1. ``D_new``: the pass's time, at most the store's clock (:mod:`rmqlog.clock`; a test's
-   manual clock, too) read before the scheduler's pass took the append lock, less 1 ms. Every record stored at or before ``D_new`` was then already
+   manual clock, too) read before the scheduler's pass took the append lock, less 1 ms. Every record stored at or before
+   ``D_new`` was then already
    published (store times are taken under that lock and never go back), and the pass has
    dispatched it: a message due by ``D_new`` is in the timer queue when the pass looks.
 2. ``D_old``: the last pass's ``D_new``, the larger of the state's and of the writer

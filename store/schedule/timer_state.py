@@ -3,22 +3,25 @@
 
 128 bytes, rewritten in place, little-endian:
 
-| bytes | field | meaning |
-|---|---|---|
-| 0-8 | magic | ``RMQTIMR2`` (``RMQTIMR1``, the first format, had none of the checks below: it is not read, the index is rebuilt) |
-| 8 | ``enqueued`` int64 | the next timer-queue offset to enqueue |
-| 16 | ``log_end`` int64 | entries in ``timer/log`` (its size is exactly ``40 * log_end``) |
-| 24 | ``delivered`` int64 ms | every message due at or before it was delivered |
-| 32 | ``pending`` int64 | entries enqueued and not yet delivered (at most ``log_end``) |
-| 40 | ``slots`` int64 | the wheel's slots (its size is exactly ``24 * slots``) |
-| 48 | ``precision`` int64 ms | the wheel's bucket |
-| 56 | ``generation`` int64 | drawn at random each time the log and the wheel start again empty: a process whose mappings are of another generation maps the new files |
-| 64 | ``anchor`` int64 | the commitlog offset in the timer-queue unit at ``enqueued - 1`` (-1: none): ties the index to this store's queue |
-| 72 | ``wheel_sum`` uint64 | the sum modulo 2**64 of the hashes of the wheel's non-empty slots (:func:`slot_sums`), kept up to date as slots change |
-| 80 | ``log_crc`` uint32 | CRC-32 of the log's ``log_end`` entries, extended as entries are appended |
-| 84 | ``dirty`` uint32 | 1 while an enqueue or a rebuild is under way |
-| 88 | CRC-32 | of bytes 0-88 |
-| 92-128 | zeros | |
+(bytes: field; meaning)
+- 0-8: magic; ``RMQTIMR2`` (``RMQTIMR1``, the first format, had none of the checks below: it is not read, the index is
+  rebuilt)
+- 8: ``enqueued`` int64; the next timer-queue offset to enqueue
+- 16: ``log_end`` int64; entries in ``timer/log`` (its size is exactly ``40 * log_end``)
+- 24: ``delivered`` int64 ms; every message due at or before it was delivered
+- 32: ``pending`` int64; entries enqueued and not yet delivered (at most ``log_end``)
+- 40: ``slots`` int64; the wheel's slots (its size is exactly ``24 * slots``)
+- 48: ``precision`` int64 ms; the wheel's bucket
+- 56: ``generation`` int64; drawn at random each time the log and the wheel start again empty: a process whose mappings
+  are of another generation maps the new files
+- 64: ``anchor`` int64; the commitlog offset in the timer-queue unit at ``enqueued - 1`` (-1: none): ties the index to
+  this store's queue
+- 72: ``wheel_sum`` uint64; the sum modulo 2**64 of the hashes of the wheel's non-empty slots (:func:`slot_sums`), kept
+  up to date as slots change
+- 80: ``log_crc`` uint32; CRC-32 of the log's ``log_end`` entries, extended as entries are appended
+- 84: ``dirty`` uint32; 1 while an enqueue or a rebuild is under way
+- 88: CRC-32; of bytes 0-88
+- 92-128: zeros;
 
 A state is read only when it is whole (its CRC), of this format, not dirty, made for the
 wheel's geometry (``slots``, ``precision``) and its numbers are in range

@@ -46,7 +46,8 @@ JOB = textwrap.dedent("""
      .selectExpr("'events' AS topic", "CAST(id AS STRING) AS body", "IF(id % 2 = 0, 'even', 'odd') AS tags")
      .write.format("rmqlog").option("path", root).mode("append").save())
     back = spark.read.format("rmqlog").option("path", root).option("topics", "events").load()
-    rows = [r.asDict() for r in back.selectExpr("CAST(body AS STRING) AS body", "tags", "queueId", "queueOffset").collect()]
+    rows = [r.asDict() for r in back.selectExpr("CAST(body AS STRING) AS body", "tags", "queueId",
+        "queueOffset").collect()]
 
 
     def where(_):

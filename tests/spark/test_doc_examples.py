@@ -70,6 +70,7 @@ SESSION_SETTINGS = (
 RUNNABLE = [
     "README.md",
     "docs/broker.md",
+    "docs/clients.md",
     "docs/cluster.md",
     "docs/operations.md",
     "docs/spark.md",
@@ -107,7 +108,7 @@ def _is_scrape_config(b: Any) -> bool:
 
 
 def test_every_acl_file_example_is_read_by_the_broker(tmp_path: Path) -> None:
-    """A ```yaml block is a plain_acl.yml (docs/broker.md, "Access control"): the broker's
+    """A ```yaml block is a plain_acl.yml (docs/access-control.md): the broker's
     loader reads it as written, every account and pattern of it (a Prometheus scrape config
     is the next test's)."""
     from rmqnet.broker.acl_files import load_files

@@ -1,6 +1,6 @@
 """The harness of the acceptance tests with real RocketMQ clients (test_ali_ons.py, test_cpp_client.py).
 
-What runs, all as child processes on 127.0.0.1 (docs/broker.md, "Clients tested"):
+What runs, all as child processes on 127.0.0.1 (docs/clients.md, "Clients tested"):
 
 - :class:`Cluster`: ``rmqlog namesrv`` and ``rmqlog broker`` over a temporary store root, each
   waited for until it prints its ready line, stopped by PID (SIGTERM, then SIGKILL) at the end;

@@ -124,7 +124,7 @@ def test_a_second_broker_process_exits_3_naming_the_root(tmp_path: Path) -> None
 
 
 def test_queue_ranges_write_a_run_once() -> None:
-    from rmqnet.wire_reading import queue_ranges
+    from rmqnet.commands.reading_queues import queue_ranges
 
     queues = [{"brokerName": "b", "queueId": i, "min": 0, "max": 0} for i in range(1024)]
     assert queue_ranges(queues) == "b/0-1023:[0,0)"

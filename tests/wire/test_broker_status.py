@@ -18,9 +18,9 @@ from rmqnet.broker.metrics import RateSampler
 from rmqnet.cli import main
 from rmqnet.client import Producer
 from rmqnet.client.cluster_status import cluster_status as status
+from rmqnet.commands.broker_status import text_lines
 from rmqnet.remoting.register import ClusterInfo
 from rmqnet.remoting.route import BrokerData
-from rmqnet.wire_status import text_lines
 from tests.wire.broker_helpers import read_until
 from tests.wire.real_clients import free_port
 from tests.wire.test_ha_process import BrokerProc, _conf, _send_until_ok

@@ -57,7 +57,8 @@ def test_the_python5_client_has_an_environment_of_its_own() -> None:
         [
             str(rcl.ROCKETMQ5_PYTHON),
             "-c",
-            "import importlib.metadata as m, rocketmq; print(m.version('rocketmq-python-client'), rocketmq.Producer.__module__)",
+            "import importlib.metadata as m, rocketmq; print(m.version('rocketmq-python-client'), "
+            "rocketmq.Producer.__module__)",
         ],
         capture_output=True,
         text=True,

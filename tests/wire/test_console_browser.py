@@ -1,6 +1,7 @@
 """The console in a real browser (issue 46): Debian's Chromium, headless under chromium-driver
 (tests/wire/browser.py; `make browser`), against a name server and two brokers holding
-messages (topic ``T`` on both) and 2,000 topics. Each page is opened and a screenshot of it written under the test's folder
+messages (topic ``T`` on both) and 2,000 topics. Each page is opened and a screenshot of it written under the test's
+folder
 (``screens/``); a topic is found among the 2,000 by the search form, messages are opened by key
 and by both msgIds and their body shown as hex, a group's lag falls on the open page after a
 consumer commits (the page's refresh, no reload), a reset of offsets is done through the form
@@ -166,7 +167,8 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
                 )
                 lag = _text(driver, "#total-lag")
                 status = driver.execute_async_script(
-                    "const done = arguments[0]; const f = new FormData(); f.append('topic', 'T'); f.append('offset', '0');"
+                    "const done = arguments[0]; const f = new FormData(); f.append('topic', 'T'); f.append('offset', "
+                    "'0');"
                     "fetch('/admin/groups/CG_B/reset', {method: 'POST', body: f}).then(r => r.text().then("
                     "t => done([r.status, t])));"
                 )

@@ -5,7 +5,8 @@
 Its access point is the broker's ``grpcListenPort``; it waits at start for the Settings the
 broker answers on Telemetry (and needs their exponential back-off). A producer sends normal,
 timed (millisecond delivery time), FIFO and transactional messages; after the broker's clean
-stop the store is read back. Its SimpleConsumer (``consumer5.js``) receives and acks by POP. Fails (never skips) when the client is missing.
+stop the store is read back. Its SimpleConsumer (``consumer5.js``) receives and acks by POP. Fails (never skips) when
+the client is missing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ against the broker's gRPC endpoint: it asks for its queues (QueryAssignment), re
 with long polling, acks what its listener consumed, and has a message its listener failed
 delivered again (ChangeInvisibleDuration by its retry policy's delay, from the Settings the
 broker answered) with the next attempt; nothing is lost and no consumed message comes
-again (none consumed twice at SUCCESS). Waits are on what the client prints, each with a deadline. Fails (never skips) when the
+again (none consumed twice at SUCCESS). Waits are on what the client prints, each with a deadline. Fails (never skips)
+when the
 client is missing."""
 
 from __future__ import annotations

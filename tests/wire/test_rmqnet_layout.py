@@ -3,7 +3,7 @@
 - its units stand on floors, lowest first: ``remoting`` (the wire, sans-I/O) < ``grpc`` (RocketMQ
   5's gRPC messages and their conversion, sans-I/O) < ``transport``
   (asyncio connections) < ``client``, ``namesrv``, ``ha`` < ``broker``, ``console`` (the web
-  console) < ``cli`` (the command,
+  console) < ``commands`` (the network commands) < ``cli`` (the command's entry point,
   ``__main__``); a module imports from its own unit and lower floors only, and units of one
   floor do not import each other (type-only and function-local imports count);
 - no import cycles among the imports that run: an import under ``if TYPE_CHECKING:`` may point
@@ -11,7 +11,8 @@
   docs/decisions.md), though it counts for the floors;
 - the store is reached only through its public API (``rmqlog.__all__`` and
   ``rmqlog.PUBLIC_MODULES``), except by the command, which hands the store's commands to
-  ``rmqlog.admin.cli`` unchanged;
+  ``rmqlog.admin.cli`` unchanged, and prints and exits by the store command's rules
+  (``rmqlog.admin.render``, ``rmqlog.admin.exits``) in every command;
 - ``remoting`` and ``grpc`` import neither asyncio nor sockets nor grpc's transport nor the store
   (bytes or messages in, commands out);
 - no module reads the time itself: services take ``now_ms`` from an injected clock
@@ -43,11 +44,14 @@ FLOORS = (
     ("transport", "metrics"),
     ("client", "namesrv", "ha"),
     ("broker", "console"),
+    ("commands",),
     ("cli",),
 )
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 #: what the command may take from the store beyond its public API: the store's own command
 COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
+#: what the network commands share with the store's: the rendering and the one exit table
+COMMAND_RULES = {"rmqlog.admin.render", "rmqlog.admin.exits"}
 
 
 def _modules() -> dict[str, Path]:
@@ -103,9 +107,16 @@ def test_the_store_is_reached_through_its_public_api_only() -> None:
     bad = [
         f"{p.relative_to(ROOT)}: {b}"
         for p in sorted(NET.rglob("*.py"))
-        for b in _private_uses(p, public, modules | (COMMAND_HANDS_OVER if p.name == "cli.py" else set()))
+        for b in _private_uses(p, public, modules | _command_allowance(p))
     ]
     assert bad == [], "rmqnet reaching into the store: " + ", ".join(bad)
+
+
+def _command_allowance(path: Path) -> set[str]:
+    """The store modules beyond its public API that ``path`` may import."""
+    if path == NET / "cli.py":
+        return COMMAND_HANDS_OVER
+    return COMMAND_RULES if path.parent == NET / "commands" else set()
 
 
 def test_the_wire_codec_does_no_io() -> None:

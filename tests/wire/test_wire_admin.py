@@ -1,6 +1,6 @@
 """Topic and group admin and queue locks over real sockets: our client (``Admin``,
 ``GroupMember.lock``/``unlock``) and the ``rmqlog`` admin commands (``--broker``,
-rmqnet/wire_admin.py) against a name server and a broker process on 127.0.0.1 (the servers of
+rmqnet/commands/broker_admin.py) against a name server and a broker process on 127.0.0.1 (the servers of
 test_broker_pull_over_the_wire.py; topic ``T`` with 4 queues)."""
 
 from __future__ import annotations

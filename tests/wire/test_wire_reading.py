@@ -4,6 +4,7 @@ wrong argument 2, and the store's own commands still get a ROOT without --namesr
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,9 +12,8 @@ import pytest
 from conftest import small_store_config
 
 import rmqlog
-from rmqlog.admin import jsonl
+from rmqlog.admin import jsonl, render
 from rmqnet.cli import main
-from rmqnet.wire_reading import message_line
 
 
 def test_no_name_server_answering_is_status_3(capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,10 +35,13 @@ def test_without_namesrv_the_store_s_command_runs(tmp_path: Path, capsys: pytest
 
 
 @pytest.mark.parametrize("body", ["text", "hex", "none"])
-def test_messages_print_as_the_store_s_command_prints_them(tmp_path: Path, body: str) -> None:
-    """message_line (rmqnet's, per row) against rmqlog.admin.jsonl.lines (the store command's,
-    vectorized) for the same records: quotes, control characters, non-ASCII, bodies that are
-    not UTF-8, keys, properties, no tags."""
+def test_messages_print_as_the_store_s_command_prints_them(
+    tmp_path: Path, body: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The function the reading commands over the wire print messages with (the store
+    command's, rmqlog.admin.render.messages: vectorized) against ``json.dumps`` of each row as
+    rmqlog.admin.jsonl.row_dict makes it, for the same records: quotes, control characters,
+    non-ASCII, bodies that are not UTF-8, keys, properties, no tags."""
     bodies = [
         b"plain",
         'quote " back \\ tab \t nl \n \u00e9\u4e2d\U0001f600'.encode(),
@@ -62,5 +65,6 @@ def test_messages_print_as_the_store_s_command_prints_them(tmp_path: Path, body:
         s.dispatch()
         table = s.get_messages("g", "T", 0, 0, max_count=10).messages
     assert table.num_rows == 5
-    expected = bytes(jsonl.lines(table, body)).decode()
-    assert "".join(message_line(r, body) + "\n" for r in table.to_pylist()) == expected
+    render.messages(table, body, False)
+    expected = "".join(json.dumps(jsonl.row_dict(r, body), ensure_ascii=False) + "\n" for r in table.to_pylist())
+    assert capsys.readouterr().out == expected

@@ -253,7 +253,8 @@ def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is
     i_bad = bad_uniq_key(vals, is_uniq)
     if i_bad is not None:
         raise InvalidMessageError(
-            f"property 'UNIQ_KEY' {vals[i_bad].as_py()!r} is not a RocketMQ client message id (32 or 56 uppercase hex digits)",
+            f"property 'UNIQ_KEY' {vals[i_bad].as_py()!r} is not a RocketMQ client message id (32 or 56 uppercase hex "
+            "digits)",
             row=int(parent[i_bad]),
             field="properties",
         )

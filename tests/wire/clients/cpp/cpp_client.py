@@ -18,7 +18,8 @@ Commands, and the JSON objects each prints on stdout, one a line (nothing else g
   "status", "msgId", "offset"}`` or ``{"event": "failed", ...}``.
 - ``push`` (options ``nameSrv``, ``group``, ``topic``, ``tags`` = "*", ``count`` = 0, ``model`` =
   CLUSTERING, ``orderly`` = false): a PushConsumer (``orderly``: its orderly listener, which locks
-  each queue on the broker, LOCK_BATCH_MQ 41, before it consumes it); ``{"event": "ready"}`` once started, then ``{"event": "message",
+  each queue on the broker, LOCK_BATCH_MQ 41, before it consumes it); ``{"event": "ready"}`` once started, then
+  ``{"event": "message",
   "msgId", "uniqKey", "topic", "tags", "keys", "queueId", "queueOffset", "bodySha256",
   "bodyLength", "reconsumeTimes", "receivedAt"}`` per message; it shuts down (committing its
   offsets) after ``count`` messages (0: never) or on SIGTERM, and prints ``{"event": "closed"}``.

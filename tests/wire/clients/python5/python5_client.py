@@ -13,12 +13,14 @@ Every command takes the option ``credentials`` (``{"accessKey", "secretKey"}``):
 started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
 stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
 "deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
-message, ended so after its send; "none": left open, for the broker's check-back)}``; each is sent with ``Producer.send`` and answered
+message, ended so after its send; "none": left open, for the broker's check-back)}``; each is sent with
+``Producer.send`` and answered
 ``{"event": "sent", "i", "messageId", "offset", "transactionId", "ended"?}`` or
 ``{"event": "failed", "i", "error"}``. The broker's check-back of an open transaction calls the
 producer's checker, which prints ``{"event": "checked", "messageId", "topic", "body", "tag",
 "corrupted"}`` and answers ``checkerResolution`` (``COMMIT`` or ``ROLLBACK``, the default); the
-broker's answer to that prints ``{"event": "check_ended", "messageId", "code"}``. With ``"awaitSettings": true`` it first waits for the
+broker's answer to that prints ``{"event": "check_ended", "messageId", "code"}``. With ``"awaitSettings": true`` it
+first waits for the
 server's Settings (the body limit they carry) and prints ``{"event": "settings", "maxBodySize"}``.
 A start that raises prints ``{"event": "start_failed", "error"}`` (5.1.2 starts even when a
 topic's route is refused: a send to it fails). At the end of stdin the producer shuts down
@@ -92,7 +94,8 @@ def receive(opts):
 
 def consume(opts):
     """``consume``: a ``SimpleConsumer`` of ``group`` on ``topic`` (all tags, or with ``sql`` a
-    SQL92 ``FilterExpression``; its long polling ``awaitSeconds``, 5 by default), started, ``{"event": "ready"}``; then one command a line on
+    SQL92 ``FilterExpression``; its long polling ``awaitSeconds``, 5 by default), started, ``{"event": "ready"}``; then
+    one command a line on
     stdin:
 
     - ``{"op": "receive", "n", "invisible"}``: ``receive(n, invisible)``, answered ``{"event":

@@ -17,54 +17,33 @@
     rmqlog group-delete --broker ADDR GROUP [--remove-offset]
                                                  delete a group, with its offsets (207; mqadmin deleteSubGroup -b)
 
-Output follows the other commands: text by default, ``--json`` one object with camelCase keys;
-queues named ``topic/broker/id``; times ISO 8601 in UTC to the millisecond (the JSON also
-has the ms). Errors go to stderr, one line. Exit statuses as the store's: 0 done, 1 nothing
-found (a group with no offsets and no consumers), 2 what was asked is wrong (bad arguments, or
-the broker refused it: an unknown topic, a system topic, a key that cannot be changed, a bad
-value; the broker's remark is printed), 3 the broker cannot be asked (refused, timed out).
+Output, errors and exit statuses follow the store's commands (:mod:`rmqlog.admin.render`,
+:mod:`rmqlog.admin.exits`): text by default, ``--json`` one object with camelCase keys; queues
+named ``topic/broker/id``; times ISO 8601 in UTC to the millisecond (the JSON also has the ms).
+A group with no offsets and no consumers is nothing found (1); a broker's refusal (an unknown
+topic, a system topic, a key that cannot be changed, a bad value, its ACL) exits 2 with its
+remark printed; a broker that cannot be asked (refused, timed out) 3 (:mod:`.failures`).
 Names are checked by the broker (never used as paths there); ``--set`` is checked as a whole
-by the broker, so nothing changes unless every key can.
-
-Credentials, for a cluster with ``aclEnable`` (these commands and the reading ones,
-:mod:`rmqnet.wire_reading`): ``--access-key K --secret-key S``, else ``--credentials FILE``
-(``accessKey: K`` and ``secretKey: S`` lines, RocketMQ's ``conf/tools.yml``; refused when its
-group or others have any permission on it), else ``RMQ_ACCESS_KEY``/``RMQ_SECRET_KEY`` from
-the environment; every request is then signed in the bound form. A broker refusing an
-unsigned or wrongly signed request is reported with its remark and a hint naming these
-options (exit 2); credentials that cannot be used (one key alone, a file open to others) exit 2
-before any request.
+by the broker, so nothing changes unless every key can. Credentials: :mod:`.options`.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rmqlog.values import arg_type, parse_int, parse_number
+from rmqlog.admin.exits import NOTHING, OK, USAGE
+from rmqlog.admin.render import ArgumentParser, emit, error
+from rmqlog.values import arg_type, parse_int
 
-from .client import Admin, BrokerError, ClientError
-from .remoting.address import address_arg
-from .remoting.credentials import CredentialsError, cli_credentials
-from .remoting.names import PERM_RW
-
-#: the store command's exit statuses (rmqlog.admin.exits)
-OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = (
-    "topic-list",
-    "topic-create",
-    "topic-delete",
-    "topic-stats",
-    "consumer-status",
-    "broker-config",
-    "group-list",
-    "group-create",
-    "group-delete",
-)
+from ..client import Admin
+from ..remoting.address import address_arg
+from ..remoting.credentials import CredentialsError
+from ..remoting.names import PERM_RW
+from .failures import run
+from .options import add_common, add_credentials, credentials_of, parse
 
 
 def _count(low: int, high: int) -> Any:
@@ -80,7 +59,7 @@ def _pair(text: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmqlog", description="Admin commands against one broker (--broker).")
+    ap = ArgumentParser(prog="rmqlog", description="Admin commands against one broker (--broker).")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -88,14 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--broker", required=True, type=address_arg(text=True), metavar="HOST:PORT", help="the broker's address"
         )
-        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument(
-            "--timeout",
-            type=arg_type(parse_number, 0.001, 3600.0),
-            default=3.0,
-            metavar="S",
-            help="seconds per request (default 3)",
-        )
+        add_common(p)
         add_credentials(p)
         return p
 
@@ -153,57 +125,10 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def add_credentials(p: argparse.ArgumentParser) -> None:
-    """The credential options of a command (module docstring)."""
-    g = p.add_argument_group("credentials (a cluster with aclEnable)")
-    g.add_argument("--access-key", metavar="KEY", help="the account's access key (or RMQ_ACCESS_KEY)")
-    g.add_argument(
-        "--secret-key",
-        metavar="SECRET",
-        help="its secret key (or RMQ_SECRET_KEY; a command line is "
-        "visible to other users of the host: prefer --credentials or the environment)",
-    )
-    g.add_argument("--credentials", metavar="FILE", help="a file of accessKey: and secretKey: lines (mode 600)")
-
-
-def credentials_of(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The client's ``access_key`` and ``secret_key`` (both None: unsigned); raises
-    :class:`CredentialsError`."""
-    creds = cli_credentials(args.access_key, args.secret_key, args.credentials)
-    return (None, None) if creds is None else creds
-
-
-#: the remark of a broker's ACL refusal (rmqnet.broker.acl.ACL_EXCEPTION)
-_ACL_REFUSAL = "org.apache.rocketmq.acl.common.AclException"
-
-
-def refusal_text(exc: BrokerError) -> str:
-    """``exc`` as printed, with a hint when it is an ACL refusal."""
-    if exc.remark is not None and _ACL_REFUSAL in exc.remark:
-        return (
-            f"{exc} (the broker checks access: give --access-key and --secret-key, --credentials FILE, or "
-            "RMQ_ACCESS_KEY and RMQ_SECRET_KEY)"
-        )
-    return str(exc)
-
-
 def _iso(ms: int) -> str | None:
     if ms <= 0:
         return None
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
-
-
-def _emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        print(json.dumps(obj, ensure_ascii=False))
-    else:
-        for line in lines:
-            print(line)
-
-
-def _error(message: str) -> None:
-    sys.stdout.flush()
-    print(f"rmqlog: {message}", file=sys.stderr)
 
 
 def topic_list(admin: Admin, args: argparse.Namespace) -> int:
@@ -223,7 +148,7 @@ def topic_list(admin: Admin, args: argparse.Namespace) -> int:
         + ("  order" if t["order"] else "")
         for t in topics
     ]
-    _emit({"broker": args.broker, "topics": topics}, args.json, lines)
+    emit({"broker": args.broker, "topics": topics}, args.json, lines)
     return OK
 
 
@@ -232,7 +157,7 @@ def topic_create(admin: Admin, args: argparse.Namespace) -> int:
         args.broker, args.topic, args.queues, perm=args.perm, order=args.order, read_queues=args.read_queues
     )
     read = args.read_queues or args.queues
-    _emit(
+    emit(
         {
             "broker": args.broker,
             "topic": args.topic,
@@ -252,7 +177,7 @@ def topic_create(admin: Admin, args: argparse.Namespace) -> int:
 
 def topic_delete(admin: Admin, args: argparse.Namespace) -> int:
     admin.delete_topic(args.broker, args.topic)
-    _emit(
+    emit(
         {"broker": args.broker, "topic": args.topic, "deleted": True},
         args.json,
         [f"topic {args.topic} deleted on {args.broker}"],
@@ -279,7 +204,7 @@ def topic_stats(admin: Admin, args: argparse.Namespace) -> int:
         f"{q['messages']}  last {q['lastUpdate'] or '-'}"
         for q in queues
     ]
-    _emit({"topic": args.topic, "queues": queues}, args.json, lines)
+    emit({"topic": args.topic, "queues": queues}, args.json, lines)
     return OK
 
 
@@ -313,7 +238,7 @@ def consumer_status(admin: Admin, args: argparse.Namespace) -> int:
         ]
     )
     if not rows and not clients:
-        _error(f"consumer group {args.group!r} has no offsets and no live consumer on {args.broker}")
+        error(f"consumer group {args.group!r} has no offsets and no live consumer on {args.broker}")
         return NOTHING
     total = sum(r["lag"] for r in rows)
     obj = {
@@ -335,7 +260,7 @@ def consumer_status(admin: Admin, args: argparse.Namespace) -> int:
     lines.append(f"total lag {total}  consume tps {stats.consume_tps:.2f}")
     lines.append(f"consumers {len(clients)}" + ("" if conns is not None else " (not online)"))
     lines += [f"  {c['clientId']}  {c['clientAddr']}  {c['language']}  v{c['version']}" for c in clients]
-    _emit(obj, args.json, lines)
+    emit(obj, args.json, lines)
     return OK
 
 
@@ -343,10 +268,10 @@ def broker_config(admin: Admin, args: argparse.Namespace) -> int:
     if args.set:
         changes = dict(args.set)
         admin.update_broker_config(args.broker, changes)
-        _emit({"broker": args.broker, "updated": changes}, args.json, [f"{k}={v}" for k, v in sorted(changes.items())])
+        emit({"broker": args.broker, "updated": changes}, args.json, [f"{k}={v}" for k, v in sorted(changes.items())])
         return OK
     config = admin.broker_config(args.broker)
-    _emit(
+    emit(
         {"broker": args.broker, "config": dict(sorted(config.items()))},
         args.json,
         [f"{k}={v}" for k, v in sorted(config.items())],
@@ -372,7 +297,7 @@ def group_list(admin: Admin, args: argparse.Namespace) -> int:
         f"on {g['retryQueueNums']} queue(s){'  orderly' if g['consumeMessageOrderly'] else ''}"
         for g in groups
     ]
-    _emit({"broker": args.broker, "groups": groups}, args.json, lines)
+    emit({"broker": args.broker, "groups": groups}, args.json, lines)
     return OK
 
 
@@ -384,7 +309,7 @@ def group_create(admin: Admin, args: argparse.Namespace) -> int:
         "consumeMessageOrderly": args.orderly,
     }
     admin.create_group(args.broker, args.group, **fields)
-    _emit(
+    emit(
         {"broker": args.broker, "groupName": args.group, **fields},
         args.json,
         [
@@ -397,7 +322,7 @@ def group_create(admin: Admin, args: argparse.Namespace) -> int:
 
 def group_delete(admin: Admin, args: argparse.Namespace) -> int:
     admin.delete_group(args.broker, args.group, remove_offset=args.remove_offset)
-    _emit(
+    emit(
         {"broker": args.broker, "groupName": args.group, "deleted": True, "offsetsRemoved": args.remove_offset},
         args.json,
         [f"group {args.group} deleted on {args.broker}" + (", with its offsets" if args.remove_offset else "")],
@@ -420,33 +345,17 @@ HANDLERS = {
 
 def main(argv: Sequence[str]) -> int:
     """An admin command against one broker: its exit status."""
-    try:
-        args = _parser().parse_args(list(argv))
-    except SystemExit as exc:  # --help (0) or a wrong argument (2)
-        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    args = parse(_parser(), argv)
+    if isinstance(args, int):
+        return args
     try:
         ak, sk = credentials_of(args)
-    except CredentialsError as exc:
-        _error(str(exc))
-        return USAGE
-    try:
         # the client needs a name server address; these commands ask the broker alone
         admin = Admin(args.broker, timeout_s=args.timeout, access_key=ak, secret_key=sk)
-    except ValueError as exc:
-        _error(f"--broker: {exc}")
+    except (ValueError, CredentialsError) as exc:
+        error(str(exc) if isinstance(exc, CredentialsError) else f"--broker: {exc}")
         return USAGE
     try:
-        return HANDLERS[args.cmd](admin, args)
-    except BrokerError as exc:  # the broker refused what was asked (its remark names why)
-        _error(refusal_text(exc))
-        return USAGE
-    except ClientError as exc:
-        _error(str(exc))
-        return CANNOT
-    except BrokenPipeError:  # the reader went away (| head)
-        return OK
-    except OSError as exc:  # refused, timed out
-        _error(f"the broker at {args.broker} cannot be asked: {type(exc).__name__}: {exc}")
-        return CANNOT
+        return run(lambda: HANDLERS[args.cmd](admin, args), f"the broker at {args.broker}")
     finally:
         admin.close()

@@ -7,31 +7,31 @@ It prints ``console at http://HOST:PORT/`` once it listens (port 0 picks a free 
 ``--admin`` every change (topics, groups, offsets, test messages) is refused with 403; a store
 path is always read-only. With ACL on, the console signs its requests with the credentials
 given as to the other network commands (``--access-key``/``--secret-key``, ``--credentials
-FILE``, ``RMQ_ACCESS_KEY``/``RMQ_SECRET_KEY``). Exit statuses as the store's: 0 stopped, 2 bad
-arguments, 3 the address cannot be bound or the store cannot be opened.
+FILE``, ``RMQ_ACCESS_KEY``/``RMQ_SECRET_KEY``). Errors and exit statuses as the store's commands'
+(:mod:`rmqlog.admin.exits`): 0 stopped, 2 bad arguments or no store at the path, 3 the address
+cannot be bound or the store cannot be read.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
-import sys
 from collections.abc import Sequence
 
 from rmqlog import StoreError
+from rmqlog.admin.exits import CANNOT, OK, USAGE, code_for
+from rmqlog.admin.render import ArgumentParser, error
 from rmqlog.values import arg_type, parse_number
 
-from .console import ConsoleApp, ConsoleBackend, WireBackend, serve
-from .remoting.address import address_arg, parse_addresses, parse_host_port
-from .remoting.credentials import CredentialsError
-from .wire_admin import add_credentials, credentials_of
+from ..console import ConsoleApp, ConsoleBackend, WireBackend, serve
+from ..remoting.address import address_arg, parse_addresses, parse_host_port
+from ..remoting.credentials import CredentialsError
+from .options import add_credentials, credentials_of, parse
+from .servers import log_to_stderr
 
-OK, USAGE, CANNOT = 0, 2, 3
 
-
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+def _parser() -> ArgumentParser:
+    ap = ArgumentParser(
         prog="rmqlog console",
         description="The web console: cluster, topics, messages, "
         "consumer groups, dead letters (read-only unless --admin).",
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _backend(args: argparse.Namespace) -> ConsoleBackend:
     if args.path is not None:
-        from .console.backend_local import LocalBackend
+        from ..console.backend_local import LocalBackend
 
         return LocalBackend(args.path)
     ak, sk = credentials_of(args)
@@ -74,29 +74,27 @@ def _backend(args: argparse.Namespace) -> ConsoleBackend:
 
 def main(argv: Sequence[str]) -> int:
     """``rmqlog console``: its exit status."""
-    args_in = list(argv)[1:] if list(argv)[:1] == ["console"] else list(argv)
-    try:
-        args = _parser().parse_args(args_in)
-    except SystemExit as exc:  # --help (0) or a wrong argument (2)
-        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    args = parse(_parser(), list(argv)[1:] if list(argv)[:1] == ["console"] else argv)
+    if isinstance(args, int):
+        return args
     if args.admin and args.path is not None:
-        print("rmqlog console: --admin needs --namesrv (a store path is opened read-only)", file=sys.stderr)
+        error("--admin needs --namesrv (a store path is opened read-only)")
         return USAGE
     try:
         backend = _backend(args)
     except (ValueError, CredentialsError) as exc:
-        print(f"rmqlog console: {exc}", file=sys.stderr)
+        error(str(exc))
         return USAGE
-    except (StoreError, OSError) as exc:  # (no store there, a store that cannot be opened read-only)
-        print(f"rmqlog console: cannot open {args.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return CANNOT
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    except (StoreError, OSError) as exc:  # (no store there: 2, as the store's commands; one that cannot be read: 3)
+        error(f"cannot open {args.path}: {type(exc).__name__}: {exc}")
+        return code_for(exc) if isinstance(exc, StoreError) else CANNOT
+    log_to_stderr()
     console = ConsoleApp(backend, admin=args.admin)
     host, port = args.listen
     try:
         asyncio.run(serve(console, host, port, lambda addr: print(f"console at http://{addr}/", flush=True)))
     except OSError as exc:
-        print(f"rmqlog console: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return CANNOT
     finally:
         backend.close()

@@ -6,34 +6,32 @@ id, role, address, version, disk use, messages in and out per second, HA lag).
 Output follows the other commands: text by default (one line per broker, then a total),
 ``--json`` one object (``namesrv``, ``brokers``: one object per broker with camelCase keys,
 ``totals``). A broker that does not answer is listed with its error and counted in
-``totals.unreachable``. Exit statuses as the store's: 0 done, 1 no broker is registered, 2 bad
-arguments, 3 the name server cannot be asked.
+``totals.unreachable``. Errors and exit statuses as the store's commands' (:mod:`rmqlog.admin.exits`):
+1 no broker is registered, 3 the name server cannot be asked (:mod:`.failures`).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .client import Admin, ClientError
-from .client.cluster_status import cluster_status
+from rmqlog.admin.exits import NOTHING, OK, USAGE
+from rmqlog.admin.render import ArgumentParser, emit, error
 
-OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("broker-status",)
+from ..client import Admin
+from ..client.cluster_status import cluster_status
+from .failures import run
+from .options import add_common, parse
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+def _parser() -> ArgumentParser:
+    ap = ArgumentParser(
         prog="rmqlog broker-status",
         description="Every broker the name server knows: role, address, version, disk use, "
         "messages in and out per second, HA lag.",
     )
     ap.add_argument("--namesrv", required=True, metavar="HOST:PORT", help="a name server (HOST:PORT;HOST:PORT...)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    ap.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+    add_common(ap)
     return ap
 
 
@@ -72,33 +70,24 @@ def text_lines(obj: dict[str, Any]) -> list[str]:
 
 def main(argv: Sequence[str]) -> int:
     """``rmqlog broker-status``: its exit status."""
-    args_in = list(argv)[1:] if list(argv)[:1] == ["broker-status"] else list(argv)
-    try:
-        args = _parser().parse_args(args_in)
-    except SystemExit as exc:  # --help (0) or a wrong argument (2)
-        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    args = parse(_parser(), list(argv)[1:] if list(argv)[:1] == ["broker-status"] else argv)
+    if isinstance(args, int):
+        return args
     try:
         admin = Admin(args.namesrv, timeout_s=args.timeout)
     except ValueError as exc:
-        print(f"rmqlog: --namesrv: {exc}", file=sys.stderr)
+        error(f"--namesrv: {exc}")
         return USAGE
-    try:
+
+    def show() -> int:
         obj = cluster_status(admin, args.namesrv)
-    except (ClientError, OSError) as exc:
-        print(
-            f"rmqlog: the name server at {args.namesrv} cannot be asked: {type(exc).__name__}: {exc}", file=sys.stderr
-        )
-        return CANNOT
+        if not obj["brokers"]:
+            error(f"no broker is registered with {args.namesrv}")
+            return NOTHING
+        emit(obj, args.json, text_lines(obj))
+        return OK
+
+    try:
+        return run(show, f"the name server at {args.namesrv}")
     finally:
         admin.close()
-    if not obj["brokers"]:
-        print(f"rmqlog: no broker is registered with {args.namesrv}", file=sys.stderr)
-        return NOTHING
-    try:
-        if args.json:
-            print(json.dumps(obj, ensure_ascii=False))
-        else:
-            print("\n".join(text_lines(obj)))
-    except BrokenPipeError:  # the reader went away (| head)
-        pass
-    return OK
