@@ -1,4 +1,4 @@
-"""Benchmark of the store past one host (issue 30's targets), each figure beside its peer
+"""Benchmark of the store past one host, each figure beside its peer
 measured in the same run.
 
     python jobs/bench_cluster.py [--root DIR] [--rounds R] [--json] [--parts spark,lag,sync,failover]

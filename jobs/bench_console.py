@@ -1,4 +1,4 @@
-"""The console's server time per page (issue 46's target: every page under 300 ms with 10k
+"""The console's server time per page (the target: every page under 300 ms with 10k
 topics, 1k groups and 1M messages in the cluster).
 
 A store is filled before its broker starts (``--topics`` topics of one queue each, a topic

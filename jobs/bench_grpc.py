@@ -1,4 +1,4 @@
-"""The gRPC endpoint beside the remoting protocol, on the same broker (issue 45's targets: the
+"""The gRPC endpoint beside the remoting protocol, on the same broker (the targets: the
 gRPC send's p50, one at a time, 1 KiB, at most 1.5x the remoting send's; receive of 32 + ack at
 least 0.5x the remoting pull of 32; a message not acked redelivered within 1 s after its
 invisible time ends, p99).

@@ -1,4 +1,4 @@
-"""What a scrape of ``/metrics`` costs the sends (issue 46's target: under 5% of their
+"""What a scrape of ``/metrics`` costs the sends (the target: under 5% of their
 throughput), in the same run, with and without scraping, beside each other.
 
     python jobs/bench_metrics.py [--root DIR] [--rounds R] [--json] [--requests N] [--groups G]

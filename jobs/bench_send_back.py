@@ -1,5 +1,5 @@
 """Failed deliveries re-stored: CONSUMER_SEND_MSG_BACK (36) against a plain send of the same
-messages, measured in the same run (issue 31's target: >= 0.5x).
+messages, measured in the same run (the target: >= 0.5x).
 
     python jobs/bench_send_back.py [--messages 100000] [--rounds 1] [--root DIR] [--json]
 

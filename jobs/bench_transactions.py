@@ -1,4 +1,4 @@
-"""Benchmark of transactional messages on the broker (issue 31's target), each figure beside its
+"""Benchmark of transactional messages on the broker, each figure beside its
 peer measured in the same run.
 
     python jobs/bench_transactions.py [--root DIR] [--rounds R] [--json] [--messages N] [--body B]

@@ -1,5 +1,5 @@
 """The consume side of ``bench_grpc.py``: gRPC ReceiveMessage + AckMessage beside the remoting
-pull, and the redelivery of what is not acked (issue 45's second and third targets).
+pull, and the redelivery of what is not acked (the gRPC endpoint's receive and redelivery targets).
 
 - :func:`receive_ack_rate`: ``ReceiveMessage`` of up to 32 messages (a server stream: status,
   messages, delivery timestamp) then one ``AckMessage`` of every handle it gave, one pair at a

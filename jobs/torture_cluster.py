@@ -1,4 +1,4 @@
-"""Kill and link-cut torture of master/slave replication across test hosts (issue 30).
+"""Kill and link-cut torture of master/slave replication across test hosts.
 
     python jobs/torture_cluster.py [--trials N] [--seed S] [--roles SYNC_MASTER,ASYNC_MASTER]
                                    [--faults kill,cut-master,cut-slave,kill-slave] [--run-s 1.0] [--root DIR]

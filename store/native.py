@@ -37,16 +37,16 @@ A leaf: it imports no other module of the store, so any floor may use it
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 from typing import Any
 
 
 def _load() -> tuple[ModuleType | None, ImportError | None]:
-    try:  # (by name: an extension module has no source for the type checker to read)
-        return importlib.import_module(f"{__package__}._native"), None
+    try:
+        from . import _native  # type: ignore[attr-defined]  # (an extension: no source for mypy to read)
     except ImportError as exc:  # pragma: no cover - depends on the build
         return None, exc
+    return _native, None
 
 
 _helper, LOAD_ERROR = _load()

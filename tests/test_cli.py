@@ -159,7 +159,7 @@ def test_get_with_something_that_is_not_a_message_id(filled: Path, capsys: pytes
         == "rmqlog: not a message id: 'ZZZ' (an offset msgId or a client msgId: 32 or 56 hex digits)\n"
     )
     assert main(["get", str(filled), "--id", "0" * 32]) == 1
-    err = capsys.readouterr().err  # not found is said, with why (issue 44, item 10)
+    err = capsys.readouterr().err  # not found is said, with why (never a bare exit status)
     assert err.startswith(f"rmqlog: no message with msgId {'0' * 32}: ") and "commitlog offset 0" in err
 
 

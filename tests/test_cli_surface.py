@@ -1,4 +1,4 @@
-"""The ``rmqlog`` command as a new user meets it (issue 44, items 9 and 10): ``--help`` lists
+"""The ``rmqlog`` command as a new user meets it: ``--help`` lists
 every command, the network ones too; a reading command's help names ``--namesrv``; help text
 shows ``%DLQ%`` as written; ``query --id`` takes the offset msgId a send's result and ali-ons
 print; and what finds nothing says so on stderr, with exit status 1."""

@@ -171,7 +171,7 @@ print("deleted", flush=True)
     [("delete.recorded", 1), ("delete.config", 1), ("delete.offsets", 1), ("delete.units", 1), ("delete.units", 2)],
 )
 def test_a_delete_killed_at_any_step_is_finished_by_the_next_open(tmp_path: Path, point: str, n: int) -> None:
-    """Issue 44 item 2: ``delete_topic`` records the delete first (``deletedTopics.json``,
+    """A delete that survives a kill at any step: ``delete_topic`` records the delete first (``deletedTopics.json``,
     pending), then removes the config entry, the offsets and the units: killed at any step
     (a crash point after each, the child waiting there for its SIGKILL), the next open finishes
     it: the topic is not listed, no group has offsets of it, its queues hold no unit; the other

@@ -1,4 +1,4 @@
-"""The notebook's plots on a store of many topics (issue 44, item 12): each draws the ``TOP_N``
+"""The notebook's plots on a store of many topics (a legend per topic drowned them): each draws the ``TOP_N``
 largest topics (queues, groups) and the rest as one "other", not a legend, a bar or a panel
 per topic. The notebook's cells before its Spark section run here in this process, on the
 Agg backend, against a store of 30 topics (``RMQ_STORE``); its full runs, Spark included, are

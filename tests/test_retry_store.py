@@ -1,4 +1,4 @@
-"""What the store gives the broker's retries (issue 31, "Retry and dead letters"): delay-level
+"""What the store gives the broker's retries (RocketMQ's retry and dead-letter topics): delay-level
 deliveries that keep RECONSUMETIMES and the client's SYSFLAG bits, as RocketMQ's
 ``ScheduleMessageService.messageTimeup`` does; the records at commitlog offsets in a wire
 put's columns (``MessageStore.wire_records``); reserved names still refused from users."""

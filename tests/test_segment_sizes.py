@@ -1,6 +1,6 @@
 """The store's segment sizes are the store's (``config/segmentSizes.json``, :mod:`rmqlog.segment_sizes`):
 recorded when it is created, used by every later opener, reader or writer, whatever its config;
-stores an older version made (no record) keep the sizes their files say (issue 44 item 3)."""
+stores an older version made (no record) keep the sizes their files say."""
 
 from __future__ import annotations
 

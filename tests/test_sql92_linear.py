@@ -1,4 +1,4 @@
-"""The SQL92 selector's tokenizer and parser run in time linear in their input (issue 42: a
+"""The SQL92 selector's tokenizer and parser run in time linear in their input (before, a
 pull or heartbeat carrying 40-60 KB of ``-`` froze the broker 7-26 s, the tokenizer's comment
 rule looking for a line break from every ``-``; a run of ``0`` did the same looking for a
 ``.`` after the run). Work is counted, not timed: :attr:`rmqlog.filter.tokens.Scanner.visited`

@@ -1,4 +1,4 @@
-"""A value given as text is taken only when it is exactly valid (issue 44, item 5): the one
+"""A value given as text is taken only when it is exactly valid (``yes`` was once read as true): the one
 parser per kind of value (:mod:`rmqlog.values`), and each place that reads values through it
 (the Spark source and sink's options, ``broker.conf``, the ``rmqlog`` command) refusing with its
 own typed error naming the value."""

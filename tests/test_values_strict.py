@@ -1,4 +1,4 @@
-"""Values given as text not exactly valid are refused, naming them (issue 44, item 5), where
+"""Values given as text not exactly valid are refused, naming them (``yes`` was once read as true), where
 they are read: the Spark source and sink's options (parsed without a session; one Spark-level
 case), ``broker.conf``, and the ``rmqlog`` command's arguments. The parsers themselves:
 tests/test_values.py."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import signal
 import sys
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
 
+from .. import transport
 from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
 from ..remoting.address import parse_host_port
@@ -66,8 +66,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def _transport() -> Any:
-    """``rmqnet.transport`` (the asyncio server), imported when a process starts."""
-    return importlib.import_module("rmqnet.transport")
+    """``rmqnet.transport`` (the asyncio server): the tests hand a process a stand-in here."""
+    return transport
 
 
 #: exit statuses of :func:`main`, as the name server's and the store command's: 0 a clean

@@ -264,7 +264,7 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     The bytes are exactly :func:`encode_header_json`'s (``json.dumps`` of the header object:
     keys in its order, no spaces, non-ASCII as is), written by orjson (~0.3 us where
     ``json.dumps`` takes ~5): for ints, strings and string-keyed maps of strings the two
-    write the same bytes (every code point checked: tests/wire/test_fastbatch_codec.py).
+    write the same bytes (every code point checked: tests/wire/test_remoting_codec_paths.py).
     Anything orjson refuses (a lone surrogate, a key that is no string, an int past 64 bits)
     or another type where an int or a string belongs goes through ``json.dumps`` as before."""
     # (codes are IntEnums: both write an int subclass, bools included, as its int's JSON)

@@ -1,4 +1,4 @@
-"""A master cut off (issue 30, item 4, across test hosts): broker-b's SYNC_MASTER on host b and
+"""A master cut off (failover across test hosts): broker-b's SYNC_MASTER on host b and
 its slave on host c, the name server on a, the consumer on d (:mod:`.agent`). Host b's link is
 cut: no reset, nothing refused; the name server keeps routing the master for 120 s (its
 connection from b is only silent), so the route cannot save the consumer. Its down-mark does:

@@ -1,5 +1,5 @@
-"""Master/slave replication across test hosts (issue 30, items 3 and "tested across separate
-hosts"): the name server on host a, broker group broker-b's master on host b and its slave on
+"""Master/slave replication across test hosts (link faults and kills, across separate
+hosts): the name server on host a, broker group broker-b's master on host b and its slave on
 host c (each its own store root), the producer on host d (:mod:`.agent`); for link faults
 the slave reaches its master's HA port through a :class:`~.proxy.FaultProxy` on host p.
 
@@ -191,7 +191,7 @@ def test_sync_master_over_a_faulty_replication_link(cluster: Cluster, fault: str
 
 
 def test_failover_promotes_the_slave_and_the_old_master_rejoins_without_divergence(cluster: Cluster) -> None:
-    """Issue 30, item 4, across hosts: the slave cut off while the master stores sends it never
+    """A slave promoted after a divergent tail, across hosts: the slave cut off while the master stores sends it never
     gets (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT: a divergent tail), the master killed, a
     group member on host d reading every SEND_OK from the slave, the slave promoted (restarted
     with brokerId=0, SYNC_MASTER), the old master restarted as its slave: it cuts the tail the

@@ -1,4 +1,4 @@
-"""Several brokers across test hosts (issue 30, item 2): a name server on host a, broker groups
+"""Several brokers across test hosts: a name server on host a, broker groups
 broker-b and broker-c on hosts b and c (each its own store root), the producer and the
 consumers on host d (:mod:`.agent`). Jepsen-style: the agent records what each send was told
 (acknowledged, with its UNIQ_KEY and broker, or the error), faults are injected (kill -9, a

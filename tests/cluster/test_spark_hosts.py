@@ -1,4 +1,4 @@
-"""Spark across separate hosts (issue 30, "Tested across separate hosts"): on the test hosts
+"""Spark across separate hosts (no host shared by two roles): on the test hosts
 (:mod:`.hosts`), a name server (host n), two broker groups each a ``SYNC_MASTER`` and its slave
 on hosts of their own (broker-a: a0, a1; broker-b: b0, b1), each broker its own store root; a
 Spark standalone master (sm), two workers (w1, w2) and the driver (d) (:mod:`.spark_hosts`).

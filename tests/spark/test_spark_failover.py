@@ -1,4 +1,4 @@
-"""Spark over the wire across a master killed (issue 30, item 4): broker-a's SYNC_MASTER and
+"""Spark over the wire across a master killed (reads fail over to the slave): broker-a's SYNC_MASTER and
 SLAVE and broker-b's master as ``rmqlog broker`` processes on 127.0.0.1
 (tests/wire/failover_procs.py). A streaming query runs (AvailableNow, a checkpoint and a
 group), broker-a's master is killed with ``kill -9``, and the query run again from its

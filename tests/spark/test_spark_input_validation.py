@@ -95,7 +95,7 @@ def test_offsets_option_queue_ids_are_ascii_digits() -> None:
 
 
 def test_a_flag_option_not_exactly_true_or_false_fails_the_read(spark, store_root: str) -> None:
-    # "yes" was read as true (issue 44, item 5): a value not exactly valid is refused, named
+    # "yes" was once read as true: a value not exactly valid is refused, named
     reader = spark.read.format("rmqlog").option("path", store_root).option("topics", "orders")
     with pytest.raises(Exception, match=r"failOnDataLoss.*not a boolean \(true or false\), got 'yes'"):
         reader.option("failOnDataLoss", "yes").load().collect()

@@ -1,5 +1,5 @@
 """A name server, a SYNC_MASTER and its slave as ``rmqlog`` processes on 127.0.0.1, all with
-ACL (issue 43): the brokers register signed with the cluster's credentials, the slave proves
+ACL: the brokers register signed with the cluster's credentials, the slave proves
 them to its master and replicates (a signed producer's sends are SEND_OK once it holds them),
 and a fake slave on the master's HA port gets no byte. Waits are on what the processes print
 or answer; nothing sleeps."""

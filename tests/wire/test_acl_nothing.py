@@ -1,4 +1,4 @@
-"""A property over every request code the broker serves (issue 43): a request signed by an
+"""A property over every request code the broker serves (no code left unguarded by the ACL): a request signed by an
 account with no permission on any resource (DENY by default for topics and groups, not admin)
 changes no file of the store and no table of the broker, and reads nothing back, whatever its
 fields and body, in either signature form.

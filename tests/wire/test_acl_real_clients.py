@@ -1,4 +1,4 @@
-"""Real clients against a broker with ``aclEnable=true`` (issue 43): ali-ons 3.12.0 and the C++
+"""Real clients against a broker with ``aclEnable=true``: ali-ons 3.12.0 and the C++
 client 1.0.1 sign in RocketMQ's 4.x form, with their own extra field (``OnsChannel``); every
 request they make must still pass the ACL's binding of that form to the code's fields
 (:mod:`rmqnet.broker.acl_fields`) and its checks of what a request touches (the record a

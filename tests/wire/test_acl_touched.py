@@ -1,7 +1,8 @@
-"""The ACL authorizes what a request touches, not only what it names (issue 43, items 3, 4, 5,
-7, 8, 9): raw frames built from RocketMQ 4.9.8's field names, signed by the Java algorithm,
-handled by a broker over a real store with ``aclEnable=true``. Each refusal is checked to read
-nothing back and to store and change nothing."""
+"""The ACL authorizes what a request touches, not only what it names (the record at an offset,
+a half's group, retry topics' groups, locked queues, admin reads): raw frames built from
+RocketMQ 4.9.8's field names, signed by the Java algorithm, handled by a broker over a real
+store with ``aclEnable=true``. Each refusal is checked to read nothing back and to store and
+change nothing."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def view(offset: int) -> RemotingCommand:
     return RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": str(offset)})
 
 
-# ---- item 3: VIEW_MESSAGE_BY_ID ------------------------------------------------------------
+# ---- VIEW_MESSAGE_BY_ID ------------------------------------------------------------
 
 
 def test_view_message_by_id_needs_sub_on_the_records_topic(broker: Broker, store: rmqlog.MessageStore) -> None:
@@ -153,7 +154,7 @@ def test_a_half_message_is_viewed_as_its_real_topics(broker: Broker, store: rmql
     refused(res, f"topic:{HALF_TOPIC} holds other topics' messages: accessKey={USER_KEY} is not admin")
 
 
-# ---- item 4: CONSUMER_SEND_MSG_BACK --------------------------------------------------------
+# ---- CONSUMER_SEND_MSG_BACK --------------------------------------------------------
 
 
 def back(offset: int, group: str) -> RemotingCommand:
@@ -175,7 +176,7 @@ def test_send_back_needs_sub_on_the_records_topic(broker: Broker, store: rmqlog.
     assert [m["body"] for m in messages(store, "%DLQ%groupC")] == [b"readable"]
 
 
-# ---- item 5: END_TRANSACTION ---------------------------------------------------------------
+# ---- END_TRANSACTION ---------------------------------------------------------------
 
 
 def send_half(
@@ -219,7 +220,7 @@ def test_end_transaction_needs_pub_on_the_real_topic_and_the_halfs_group(
     assert [m["body"] for m in messages(store, "topicC")] == [b"half body"]
 
 
-# ---- item 7: a 4.x signature bound to its code ---------------------------------------------
+# ---- a 4.x signature bound to its code ---------------------------------------------
 
 
 PULL_FIELDS = {
@@ -290,7 +291,7 @@ def test_the_bound_form_is_verified_by_that_form_only(broker: Broker) -> None:
     assert broker.consumer_offsets.query("groupC", "topicC", 0) == 4
 
 
-# ---- item 8: the retry and dead-letter topics are their group's ----------------------------
+# ---- the retry and dead-letter topics are their group's ----------------------------
 
 
 def send_to(topic: str, group: str) -> RemotingCommand:
@@ -310,7 +311,7 @@ def test_a_send_into_a_groups_retry_or_dead_letter_topic_is_checked_against_that
     ok(run(broker, FakePeer(), user(send_to(topic.replace("groupA", "groupC"), "groupA")))[0])
 
 
-# ---- item 9: queue locks are the group's and the topics' -----------------------------------
+# ---- queue locks are the group's and the topics' -----------------------------------
 
 
 def lock_body(group: str, topic: str) -> bytes:

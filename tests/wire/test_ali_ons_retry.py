@@ -1,4 +1,4 @@
-"""Retries and dead letters with ali-ons 3.12.0 (issue 31): a push consumer whose handler throws
+"""Retries and dead letters with ali-ons 3.12.0: a push consumer whose handler throws
 sends the message back (CONSUMER_SEND_MSG_BACK 36); it comes again from ``%RETRY%<group>`` (which
 ali-ons subscribes by itself) with ``reconsumeTimes`` counting the failures, and past the
 consumer's ``maxReconsumeTimes`` it lands in ``%DLQ%<group>``, which ``rmqlog dlq`` shows and

@@ -1,4 +1,4 @@
-"""The broker's declared shape (issue 42, item 6): one table from request code to handler
+"""The broker's declared shape: one table from request code to handler
 (:mod:`rmqnet.broker.processors`) serving exactly the codes docs/broker.md lists, every service
 a typed field of :class:`rmqnet.broker.broker.Broker`, and no part of the broker found by name
 (no ``getattr``/``hasattr``/``setattr`` on a broker, no ``Any``-typed broker, no type-ignore

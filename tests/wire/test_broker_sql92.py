@@ -245,7 +245,7 @@ def test_heartbeat_with_a_malformed_sql92_then_pull_is_filter_data_not_exist(bro
 
 
 def test_sixty_kilobytes_of_dashes_are_refused_in_one_pass_by_pull_and_heartbeat(broker: Any, monkeypatch: Any) -> None:
-    """Issue 42: one 40-60 KB pull or heartbeat of ``-`` froze the broker 7-26 s (the tokenizer
+    """Linear scanning on the wire: one 40-60 KB pull or heartbeat of ``-`` froze the broker 7-26 s (the tokenizer
     looked for a comment's line break from every ``-``), even with property filters off. The
     characters the scanner examines are counted: one pass at most, whatever the request."""
     from rmqlog.filter import sql92, tokens

@@ -1,4 +1,4 @@
-"""How the broker starts and logs, as a user meets it (issue 44, item 11): an address already
+"""How the broker starts and logs, as a user meets it: an address already
 taken is one line and exit 3, the name server's rule; a root another broker serves is refused
 with a message naming it; the broker's log lines carry time and level as the name server's;
 ``info --namesrv`` writes a run of queues with one range once."""

@@ -1,4 +1,4 @@
-"""``rmqlog`` commands against a broker with ``aclEnable`` (issue 43): credentials from
+"""``rmqlog`` commands against a broker with ``aclEnable``: credentials from
 ``--access-key``/``--secret-key``, a ``--credentials`` file (refused when its group or others
 have any permission on it) or ``RMQ_ACCESS_KEY``/``RMQ_SECRET_KEY``; every request then
 signed in the bound form. Without them, the broker's refusal is printed with a hint naming the

@@ -346,7 +346,7 @@ def test_pull_sends_java_header_and_decodes_the_stored_records(fake: FakeServer)
 def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(
     fake: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 42: the pull consumer spent 89% of its busy time building the Arrow table of each
+    """Small replies decoded as rows: the pull consumer spent 89% of its busy time building the Arrow table of each
     small reply (~1 ms whatever its size). Now a reply of a few messages is decoded record by
     record; the table's decode runs only when its table is asked for."""
     import rmqlog

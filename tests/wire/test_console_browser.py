@@ -1,4 +1,4 @@
-"""The console in a real browser (issue 46): Debian's Chromium, headless under chromium-driver
+"""The console in a real browser: Debian's Chromium, headless under chromium-driver
 (tests/wire/browser.py; `make browser`), against a name server and two brokers holding
 messages (topic ``T`` on both) and 2,000 topics. Each page is opened and a screenshot of it written under the test's
 folder

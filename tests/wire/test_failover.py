@@ -1,4 +1,4 @@
-"""Reads across a broker group's master and slave (issue 30, item 4): the address rules of
+"""Reads across a broker group's master and slave: the address rules of
 :mod:`rmqnet.client.failover` as tables (RocketMQ 4.9.8's ``findBrokerAddressInSubscribe``,
 ``RemoteBrokerOffsetStore``, 5.x's ``findBrokerAddressInAdmin``, ``sendHeartbeatToAllBroker``),
 the down-marks on a ManualClock, and the clients against in-test servers on 127.0.0.1 (a

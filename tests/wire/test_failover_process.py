@@ -1,4 +1,4 @@
-"""A broker group's master killed (issue 30, item 4), as processes on 127.0.0.1: a name
+"""A broker group's master killed (reads and sends fail over), as processes on 127.0.0.1: a name
 server, broker-a's SYNC_MASTER and its SLAVE, and broker-b's master. After ``kill -9`` of
 broker-a's master:
 

@@ -1,4 +1,4 @@
-"""RocketMQ's official 5.x clients against a broker with ``aclEnable=true`` over gRPC (issue 45):
+"""RocketMQ's official 5.x clients against a broker with ``aclEnable=true`` over gRPC:
 with the right account (DENY by default, given only its topic and group) the Python 5.x client
 signs every call (``Credentials(ak, sk)``, RocketMQ 5's ``authorization`` metadata) and sends,
 receives and acks; with a wrong secret or an unknown key its calls are refused

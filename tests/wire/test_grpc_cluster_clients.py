@@ -1,4 +1,4 @@
-"""RocketMQ's official 5.x clients against two broker groups through one name server (issue 45):
+"""RocketMQ's official 5.x clients against two broker groups through one name server:
 broker-a (127.0.0.1) and broker-b (127.0.0.2), each with a gRPC endpoint on the same port
 (tests/wire/real_groups.py); the clients' access point is broker-a's. Its route names both
 groups' queues, each at its own master's endpoint, so the clients send to and receive from both.

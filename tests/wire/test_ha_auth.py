@@ -1,4 +1,4 @@
-"""Who a master streams to (issue 43, holes 1 and 2): a fake slave, a raw socket that reads the
+"""Who a master streams to (an unsigned slave got the log and faked its acks): a fake slave, a raw socket that reads the
 stream and reports each transfer's end without storing anything, neither gets a byte of the
 log nor turns SYNC_MASTER's SLAVE_NOT_AVAILABLE into SEND_OK, with ``aclEnable`` or with an
 allow list that does not name it; a slave of ours with the cluster's credentials still

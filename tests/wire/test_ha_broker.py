@@ -458,7 +458,7 @@ def test_a_topic_deleted_on_the_master_leaves_its_slaves_table(tmp_path: Path) -
 
 
 def test_a_topic_missing_from_the_masters_snapshot_keeps_its_units_on_the_slave(tmp_path: Path) -> None:
-    """Issue 44 item 1: a topic made on the master just after the snapshot the slave synced
+    """A slave's sync never deletes queues: a topic made on the master just after the snapshot the slave synced
     from, its first records already replicated and dispatched on the slave: the sync drops the
     topic from the slave's table only (Java's SlaveSynchronize replaces the config table and
     touches no queue, no offset); its units stay readable, and the next snapshot brings it back."""
@@ -535,7 +535,7 @@ def _end_request(half: RemotingCommand, outcome: int) -> RemotingCommand:
 
 def test_sync_master_answers_end_transaction_once_the_slave_holds_it(tmp_path: Path) -> None:
     # Java 4.9.8's EndTransactionProcessor stores the commit and its op message with putMessage,
-    # which under SYNC_MASTER waits for a slave as a send does (issue 44, item 13)
+    # which under SYNC_MASTER waits for a slave as a send does (it did not wait before)
     master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=int(GUARD_S * 1000))
 
     async def body() -> None:

@@ -1,4 +1,4 @@
-"""Failover as RocketMQ 4.x operators do it (issue 30, item 4): a slave restarted with
+"""Failover as RocketMQ 4.x operators do it: a slave restarted with
 ``brokerId=0`` and a master role serves writes with everything its master acknowledged, and
 the old master, restarted as its SLAVE, cuts what it held past the new master's log before it
 replicates (``rmqnet.ha.verify``), so that both commitlogs end byte-identical.

@@ -1,5 +1,5 @@
-"""Who may register a broker (issue 43, hole 6): today an anonymous REGISTER_BROKER re-points
-``broker-a``'s route to another address and producers follow it. Now a live registration's
+"""Who may register a broker: an anonymous REGISTER_BROKER could re-point
+``broker-a``'s route to another address, and producers followed it. Now a live registration's
 name and id are not taken by another address (always), an unregistration comes over the
 registering connection only, and a name server with ``aclEnable`` takes registrations signed
 in the bound form with the cluster's credentials (an allow list without ACL). Driven with raw

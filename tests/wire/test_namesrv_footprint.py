@@ -1,4 +1,4 @@
-"""The name server carries what it uses (issue 42: it was 157 MiB resident for a routing table,
+"""The name server carries what it uses (it was once 157 MiB resident for a routing table,
 importing the store, pyarrow, pandas and numpy through the transport's clock). Two child
 processes: one that imports the name server's process module, starts it and serves a route
 query; one that runs the ``rmqlog namesrv`` command itself with Python's import profiling on

@@ -1,5 +1,5 @@
 """RocketMQ's official Python 5.x client's simple consumer through a ``kill -9`` of the broker
-(issue 45: "after kill -9 of the broker and restart, the unacked are redelivered and the acked
+(the promise: "after kill -9 of the broker and restart, the unacked are redelivered and the acked
 are not"). The client stays up; the broker process is killed with SIGKILL after the client's
 acks were answered, and started again over the same store and ports. Waits are on what the
 client prints, each with a deadline."""

@@ -1,5 +1,5 @@
 """The README's ali-ons snippet runs as written on the Node.js of this machine (20: a CommonJS
-script, so no top-level ``await``; issue 44, item 12), against a name server and a broker on
+script, so no top-level ``await``), against a name server and a broker on
 127.0.0.1 (the servers of test_broker_pull_over_the_wire.py) with only the name server's
 address pointed at the test's; the message it sends is then found by the msgId it prints
 (``rmqlog get --namesrv``)."""

@@ -1,4 +1,4 @@
-"""The broker's persist rounds off its event loop (issue 42: no request waits for a persist):
+"""The broker's persist rounds off its event loop (no request waits for a persist):
 a round runs in a thread of its own, and a persist of the consumer offsets holds the table's
 lock only to take its changes, so commits, queries and pulls with a commit flag go on while
 ``consumerOffset.json`` is written; a commit made meanwhile is neither lost nor overwritten,

@@ -1,4 +1,4 @@
-"""The broker's state in memory, persisted on a schedule (issue 42, "State in memory"):
+"""The broker's state in memory, persisted on a schedule (no file I/O on a request's path):
 consumer offsets (14, 15, 11's commit flag, 43, 208), topics (unknown ones, auto-creation and
 its cap, flags across a restart), heartbeats (registration without file I/O, the caps with
 RocketMQ's codes, subscription groups) and the queue-lock table (expired locks dropped,

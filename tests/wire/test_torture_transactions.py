@@ -62,7 +62,7 @@ transactions.TransactionService.handle = handle
 
 
 def test_a_broker_refusing_every_direct_end_fails_the_trial(tmp_path: Path) -> None:
-    """Issue 44 item 6: the torture reported "0 lost, 0 bad" against a broker refusing every
+    """A refused END counts as bad: the torture once reported "0 lost, 0 bad" against a broker refusing every
     direct END (the check-back settled them): a refused END is bad now."""
     mutant = tmp_path / "mutant"
     mutant.mkdir()

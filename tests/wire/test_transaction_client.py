@@ -135,7 +135,7 @@ def test_commit_rollback_and_a_check_back(servers: dict[str, Any]) -> None:
 def test_the_end_goes_to_the_broker_that_stored_the_half(
     servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 44 item 4: a transaction on a topic the name server has no route for yet (the
+    """The END goes where the half went: a transaction on a topic the name server has no route for yet (the
     broker made it from TBW102 with the half message; its registration not yet in): the END
     goes to the broker named by the half send's result, as Java's client does
     (``findBrokerAddressInPublish(sendResult.getMessageQueue().getBrokerName())``), not to a

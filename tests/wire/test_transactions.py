@@ -358,7 +358,7 @@ def test_a_transaction_checked_too_often_is_discarded(store: rmqlog.MessageStore
 def test_check_back_with_no_producer_connection(store: rmqlog.MessageStore) -> None:
     """The half's group (``PG``) has a producer whose connection is closed, another group a
     live one: no check-back is sent to either (a check service sending to closed connections,
-    or to another group's, fails here: issue 44 item 7)."""
+    or to another group's, fails here)."""
     broker = broker_over(store)
     gone, other = FakePeer("127.0.0.1:50003"), FakePeer("127.0.0.1:50004")
     heartbeat(broker, gone, "PG")

@@ -1,4 +1,4 @@
-"""Back-pressure on answers (issue 42: a client that never reads its answers made the broker
+"""Back-pressure on answers (before, a client that never reads its answers made the broker
 buffer them: 60 VIEW_MESSAGE_BY_ID requests, 7 KB sent, cost +195 to +423 MiB). A peer that
 does not read stops being served and read once its unsent answers pass ``Limits.write_high``;
 answers of requests already in flight count, and one that would take it past

@@ -1,5 +1,5 @@
 """The reading commands over the wire answer what was asked, and say when nothing is found
-(issue 44, item 10), against a name server and a broker on 127.0.0.1 (the servers of
+(not found is said, with why), against a name server and a broker on 127.0.0.1 (the servers of
 test_broker_pull_over_the_wire.py; topic ``T`` with 4 queues): ``lag GROUP`` without
 ``--topic`` lists the group's own topics with their real lag, ``query --id`` and ``get`` find a
 message by the offset msgId a send's result (and ali-ons) prints, and what finds nothing says

@@ -1,4 +1,4 @@
-"""The store's idle dispatcher (issue 29, part "idledisp"): an idle round of the background
+"""The store's idle dispatcher: an idle round of the background
 dispatcher costs one look at the append state's token (no lock, no file opened, no JSON, no
 listing), whatever changes the published tail (this process's puts, another writer's, a
 rewrite of ``append.state``) makes the next round a full one, and an in-process put wakes the

@@ -1,4 +1,4 @@
-"""The fixed cost of one small append (issue 29, "fastappend"): what the shortcuts keep.
+"""The fixed cost of one small append (an append of one small message): what the shortcuts keep.
 
 - ``append.state``'s descriptor is reused while the file keeps its link, so every append
   skips the path walk; a state published by another opener (in place, or rewritten into a

@@ -1,4 +1,4 @@
-"""Malformed values get typed answers (issue 43, items 10 and 11), driven by raw frames over a
+"""Malformed values get typed answers, driven by raw frames over a
 socket to a broker and a name server running in this process, the log captured: every answer
 carries RocketMQ's code (SYSTEM_ERROR, as Java's ``NettyRemotingAbstract`` answers a request
 whose decoding throws) and a remark naming the field or the body, nothing changes, and the log
@@ -163,7 +163,7 @@ def nested(what: bytes = b"[") -> bytes:
     return what * DEEP
 
 
-# ---- item 10: nested bodies ----------------------------------------------------------------------
+# ---- nested bodies ----------------------------------------------------------------------
 
 
 def test_a_heartbeat_nested_deep_is_a_typed_answer(servers: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
@@ -241,7 +241,7 @@ def test_a_register_broker_body_with_a_lone_surrogate_is_a_typed_answer(
     clean_log(caplog)
 
 
-# ---- item 11: lone surrogates in the header's strings --------------------------------------------
+# ---- lone surrogates in the header's strings --------------------------------------------
 
 
 def test_a_lone_surrogate_in_a_sends_properties_is_refused_typed(

@@ -1,4 +1,4 @@
-"""The remoting codec's per-request fast paths (issue 29, part "fastbatch"), pinned to the
+"""The remoting codec's per-request fast paths, pinned to the
 general paths they stand in for: JSON headers read by orjson where it reads what ``json``
 reads (else ``json`` itself), reply headers written by orjson byte for byte as ``json.dumps``
 writes them, and extFields readers that take the common case in one step. Every case below
@@ -167,7 +167,7 @@ def test_every_code_point_is_written_as_json_dumps_writes_it() -> None:
 @pytest.mark.parametrize("bad", ["\ud800", "a\udfffb"])
 def test_a_lone_surrogate_fails_in_a_request_and_is_escaped_in_a_response(bad: str) -> None:
     # a request of ours: the caller's value, UnicodeEncodeError by both paths; an answer: written
-    # with the surrogate escaped (six characters), the same bytes by both paths (issue 43)
+    # with the surrogate escaped (six characters), the same bytes by both paths (a lone surrogate once raised)
     escaped = bad.encode("utf-8", "backslashreplace").decode()
     for flag in (0, 1):
         for cmd in (

@@ -1,4 +1,4 @@
-"""The batch body decoder's fast path (issue 29, part "fastbatch"): ``decode_message_batch``
+"""The batch body decoder's fast path: ``decode_message_batch``
 walked by the C helper's ``walk_batch`` and its properties joined to the batch's own in one
 gather, pinned to the numpy twin (the whole-array candidate walk, used without the helper)
 and to a plain per-message reference written from RocketMQ's ``MessageDecoder``: the same

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import small_store_config
 
 import refcodec as rc
 import rmqlog
 from rmqlog.errors import ReplicaOffsetError, ReplicaStreamError
-from tests.conftest import small_store_config
 
 SEG = 4096
 

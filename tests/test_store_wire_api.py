@@ -1,4 +1,4 @@
-"""The store API a broker on the wire uses (issue 29, part "storeapi"): wire puts, the batch
+"""The store API a broker on the wire uses: wire puts, the batch
 body of SEND_BATCH_MESSAGE, the arrival signal, raw reads for 12/33/32, and the public decoder
 of stored records. Records are checked with the independent decoder ``refcodec``."""
 

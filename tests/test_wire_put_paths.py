@@ -1,4 +1,4 @@
-"""The fast paths of a wire put (part "fastsend" of issue 29) pinned to the general path: the
+"""The fast paths of a wire put pinned to the general path: the
 same stored bytes (commitlog records and consume-queue units) and the same typed errors (row,
 field, message) for inputs that hit and that miss each guard.
 
