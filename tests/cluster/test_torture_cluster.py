@@ -1,5 +1,5 @@
 """The replication torture job (jobs/torture_cluster.py): one short trial per role in every
-suite run (the 50-trial run is opt-in; its figures are in docs/cluster.md), and its checker
+suite run (the 50-trial run is opt-in; its figures are in docs/performance.md), and its checker
 shown to flag each kind of failure on stores and histories made on purpose."""
 
 from __future__ import annotations
