@@ -6,7 +6,7 @@ own, every JVM bound to its host's address (``--host``, ``SPARK_LOCAL_IP``,
 **The Python of Spark's workers** is this environment's (``sys.executable``, the project's venv
 with spark-rmq installed) as ``PYSPARK_PYTHON``: the venv is on the shared file system, so
 every host sees it, as a deployment that installs spark-rmq into the workers' Python on every
-host (docs/spark.md, "The C helper"). The executors then run with the C helper, and nothing is
+host (docs/spark.md, "On a cluster"). The executors then run with the C helper, and nothing is
 zipped or shipped per job; shipping the packages as ``--py-files`` is tested on 127.0.0.1 by
 tests/spark/test_cluster.py.
 
