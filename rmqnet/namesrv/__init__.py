@@ -1,5 +1,5 @@
 """The name server (RocketMQ 4.9.8's ``namesrv``): broker registration and expiry, routes by
-topic, cluster info, the topic list (docs/broker.md, "Name server").
+topic, cluster info, the topic list (docs/cluster.md, "Name server").
 
 :class:`NameServer` is the sans-I/O core (``handle(request, now_ms, conn)``), :class:`BrokerExpiry`
 its expiry service (``run_once(now_ms)``), :class:`RouteTable` the state, and
