@@ -41,6 +41,7 @@ from ..log.lmq import (
     split_queues,
 )
 from ..log.properties import WAITING_TOPICS
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 if TYPE_CHECKING:
     from ..log.append_state import AppendState
@@ -94,7 +95,9 @@ def assign_lmq_offsets(rows: LmqRows, queues: MutableMapping[str, int], n: int) 
         offsets = [queues.get(f"{name}/0", 0) for name in names]  # all read first (MultiDispatch)
         for name, offset in zip(names, offsets, strict=True):
             queues[f"{name}/0"] = offset + 1
-        items[row] = f"{PROPERTY_INNER_MULTI_QUEUE_OFFSET}\x01{','.join(map(str, offsets))}\x02".encode()
+        items[row] = (
+            PROPERTY_INNER_MULTI_QUEUE_OFFSET + NAME_VALUE_SEPARATOR + ",".join(map(str, offsets)) + PROPERTY_SEPARATOR
+        ).encode()
     return pa.array(items, pa.binary())
 
 

@@ -29,6 +29,7 @@ from ..log.properties import PROPERTY_WRITER
 from ..log.record import (
     HEADER_V4,
     MAGIC_V2,
+    NAME_VALUE_SEPARATOR,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     is_consumable,
@@ -36,7 +37,7 @@ from ..log.record import (
 from ..paths import topic_problem
 
 #: the marker's name as stored: a run without these bytes carries no marker
-MARKER_NEEDLE = (PROPERTY_WRITER + "\x01").encode()
+MARKER_NEEDLE = (PROPERTY_WRITER + NAME_VALUE_SEPARATOR).encode()
 #: topics longer than this go to the general form (RocketMQ's limit is 127)
 _MAX_TOPIC = 255
 

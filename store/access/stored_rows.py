@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from ..errors import CorruptRecordError, InvalidArgumentError
 from ..log.decode import BadRecordError, RecordCheck, RecordColumns, msg_ids
 from ..log.properties import STORE_PROPERTY_PREFIX, ParsedProperties
-from ..log.record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, ScanKind
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, ScanKind
 from ..schema import WIRE_PUT_FIELDS
 
 if TYPE_CHECKING:
@@ -197,7 +197,9 @@ def _table(parts: list[RecordColumns], drop: tuple[str, ...], find: tuple[str, .
             pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())), pc.starts_with(keys, STORE_PROPERTY_PREFIX))
         )
         sel = pa.array(kept)
-        pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
+        pairs = pc.binary_join_element_wise(
+            keys.filter(sel), NAME_VALUE_SEPARATOR, parsed.values.filter(sel), PROPERTY_SEPARATOR, ""
+        )
         row_offsets = np.zeros(n + 1, np.int32)
         np.cumsum(np.bincount(parsed.parent[kept], minlength=n), out=row_offsets[1:])
         props = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), ""), "")

@@ -40,7 +40,7 @@ from ..log.encode.direct import WireMessage
 from ..log.encode.wire_put import wire_table
 from ..log.point_read import java_properties
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
-from ..log.record import ScanKind
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, ScanKind
 from ..log.wire import stored_records
 from ..log.writer_marker import writer_marker
 from ..paths import topic_problem, validate_topic
@@ -104,7 +104,7 @@ def _cluster_arg(cluster: object) -> str | None:
     if cluster is not None:
         text_arg("cluster", cluster)
         assert isinstance(cluster, str)
-        if not cluster or "\x01" in cluster or "\x02" in cluster:
+        if not cluster or NAME_VALUE_SEPARATOR in cluster or PROPERTY_SEPARATOR in cluster:
             raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
     return cluster
 
@@ -170,7 +170,7 @@ def _names(name: str, value: object) -> tuple[str, ...]:
         raise InvalidArgumentError(f"{name} must be a tuple of property names, got {type(value).__name__}")
     for item in value:
         text_arg(name, item)
-        if not item or "\x01" in item or "\x02" in item:
+        if not item or NAME_VALUE_SEPARATOR in item or PROPERTY_SEPARATOR in item:
             raise InvalidArgumentError(f"{name}: {item!r} is no property name")
     return tuple(value)
 

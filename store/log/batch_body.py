@@ -42,6 +42,7 @@ from ..native import (
     walk_batch as _native_walk_batch,  # the C helper's (None without it: the numpy walk)
 )
 from .gather import gather_slices, to_binary
+from .record import PROPERTY_SEPARATOR
 from .wire import bytes_view
 
 #: the layout's fixed parts: TOTALSIZE + MAGICCODE + BODYCRC + FLAG + BODYLENGTH (before the
@@ -50,7 +51,7 @@ BATCH_HEAD = 20
 BATCH_FIXED = BATCH_HEAD + 2
 #: PROPERTIESLENGTH is a Java short
 MAX_PROPERTIES = 32767
-_PROPERTY_SEPARATOR = b"\x02"
+_PROPERTY_SEPARATOR = PROPERTY_SEPARATOR.encode()
 
 
 # ------------------------------------------------------------------------------ the writer

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..paths import topic_problem
 from .properties import ParsedProperties
+from .record import NAME_VALUE_SEPARATOR
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ SPLITTER = ","
 #: the properties a dispatch with LMQs on reads beside TAGS
 LMQ_NAMES = (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET)
 #: the bytes every record with LMQ offsets holds (a run without them needs no parse)
-LMQ_NEEDLE = (PROPERTY_INNER_MULTI_QUEUE_OFFSET + "\x01").encode()
+LMQ_NEEDLE = (PROPERTY_INNER_MULTI_QUEUE_OFFSET + NAME_VALUE_SEPARATOR).encode()
 
 
 def split_queues(value: str) -> list[str]:

@@ -19,7 +19,7 @@ from ..hosts import format_host
 from ..schema import MESSAGE_SCHEMA, TS
 from .msgid import offset_msg_id
 from .properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, STORE_PROPERTY_PREFIX
-from .record import Record, body_crc
+from .record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Record, body_crc
 
 
 def java_properties(raw: bytes) -> list[tuple[str, str]]:
@@ -27,8 +27,8 @@ def java_properties(raw: bytes) -> list[tuple[str, str]]:
     rules as the batch parser applies them: split on \\x02, each item on \\x01, trailing empty
     tokens dropped, an item kept only when exactly (name, value) remain."""
     out = []
-    for item in raw.decode("utf-8", "replace").split("\x02"):
-        tokens = item.split("\x01")
+    for item in raw.decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
+        tokens = item.split(NAME_VALUE_SEPARATOR)
         while tokens and not tokens[-1]:
             tokens.pop()
         if len(tokens) == 2:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 # the optional C helper's parsers (None without it: the numpy parsers below)
 from ..native import copy_properties as _native_copy
 from ..native import parse_properties as _native_parse
+from .record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
@@ -151,17 +152,17 @@ def counts_to_offsets(counts: np.ndarray) -> np.ndarray:
 
 def join_pairs(keys: pa.Array, values: pa.Array, offsets: np.ndarray) -> pa.Array:
     """Per row, ``k1\\x01v1\\x02k2\\x01v2\\x02...`` from flattened keys/values and row offsets."""
-    pairs = pc.binary_join_element_wise(keys, values, "\x01")
+    pairs = pc.binary_join_element_wise(keys, values, NAME_VALUE_SEPARATOR)
     lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pairs)
-    joined = pc.binary_join(lists, "\x02")
+    joined = pc.binary_join(lists, PROPERTY_SEPARATOR)
     # binary_join puts separators between items only: add the trailing \x02 to non-empty rows
     nonempty = pc.greater(pc.binary_length(joined), 0)
-    return pc.if_else(nonempty, pc.binary_join_element_wise(joined, "\x02", ""), _EMPTY_STR)
+    return pc.if_else(nonempty, pc.binary_join_element_wise(joined, PROPERTY_SEPARATOR, ""), _EMPTY_STR)
 
 
 def single_property(name: str, values: pa.Array) -> pa.Array:
     """``name\\x01value\\x02`` per row; the empty string where ``values`` is null."""
-    s = pc.binary_join_element_wise(name + "\x01", values, "\x02", "")
+    s = pc.binary_join_element_wise(name + NAME_VALUE_SEPARATOR, values, PROPERTY_SEPARATOR, "")
     return pc.fill_null(s, _EMPTY_STR)
 
 
@@ -310,10 +311,10 @@ class ParsedProperties:
         tokens do not count; an item is kept only if that leaves exactly (name, value).
         """
         n = len(props)
-        parts = pc.split_pattern(pc.fill_null(props, _EMPTY_STR), "\x02")
+        parts = pc.split_pattern(pc.fill_null(props, _EMPTY_STR), PROPERTY_SEPARATOR)
         items = pc.list_flatten(parts)
         item_row = np.asarray(pc.list_parent_indices(parts))
-        tokens = pc.split_pattern(items, "\x01")
+        tokens = pc.split_pattern(items, NAME_VALUE_SEPARATOR)
         flat = pc.list_flatten(tokens)
         tok_item = np.asarray(pc.list_parent_indices(tokens))
         tok_off = np.asarray(tokens.offsets, np.int64)

@@ -42,6 +42,7 @@ from .properties import (
     STORE_PROPERTY_PREFIX,
     ParsedProperties,
 )
+from .record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -121,7 +122,9 @@ def drop_and_find(
         else np.zeros(0, bool)
     )
     sel = pa.array(keep, pa.bool_())
-    pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
+    pairs = pc.binary_join_element_wise(
+        keys.filter(sel), NAME_VALUE_SEPARATOR, parsed.values.filter(sel), PROPERTY_SEPARATOR, ""
+    )
     row_offsets32 = np.concatenate([[0], np.cumsum(np.bincount(parsed.parent[keep], minlength=n))]).astype(np.int32)
     kept_arr = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets32), pairs), ""), "")
     return kept_arr, [parsed.column(name) for name in find]
@@ -175,8 +178,8 @@ def _item(name: str, values: pa.Array, where: np.ndarray) -> list[pa.Array | str
     if not where.any():
         return []
     if where.all():
-        return [name + "\x01", values, "\x02"]
-    item = pc.binary_join_element_wise(name + "\x01", values, "\x02", "")
+        return [name + NAME_VALUE_SEPARATOR, values, PROPERTY_SEPARATOR]
+    item = pc.binary_join_element_wise(name + NAME_VALUE_SEPARATOR, values, PROPERTY_SEPARATOR, "")
     return [pc.if_else(pa.array(where, pa.bool_()), item, pa.scalar("", pa.string()))]
 
 

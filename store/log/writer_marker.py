@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 from ..arguments import utf8_problem
 from ..errors import InvalidMessageError
 from .properties import PROPERTY_WRITER, ParsedProperties
+from .record import NAME_VALUE_SEPARATOR
 
 
 def writer_problem(writer: object) -> str | None:
@@ -56,7 +57,7 @@ def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
     form the store writes: ``"<sequence> <writer>"``, the sequence ASCII digits below 2**63,
     the writer as :func:`validate_writer` accepts it. Anything else (a foreign record) is ignored.
     """
-    hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
+    hits = pc.match_substring(properties, PROPERTY_WRITER + NAME_VALUE_SEPARATOR)
     rows = properties.filter(hits)
     if not len(rows):
         return []

@@ -33,6 +33,7 @@ from ..errors import InvalidMessageError, InvalidTopicError, QueueIdError
 from ..log.encode.arrays import flat
 from ..log.encode.columns import as_string
 from ..log.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from ..paths import topic_problem
 
 #: The put column giving a row's delay level (the Spark sink's column of the same name).
@@ -276,13 +277,13 @@ def _reroute(
     real_q_str = pc.cast(pa.array(real_q), pa.string())
     level_str = pc.cast(pa.array(level), pa.string())
     items = pc.binary_join_element_wise(
-        PROPERTY_REAL_TOPIC + "\x01",
+        PROPERTY_REAL_TOPIC + NAME_VALUE_SEPARATOR,
         topics,
-        "\x02" + PROPERTY_REAL_QID + "\x01",
+        PROPERTY_SEPARATOR + PROPERTY_REAL_QID + NAME_VALUE_SEPARATOR,
         real_q_str,
-        "\x02" + PROPERTY_DELAY + "\x01",
+        PROPERTY_SEPARATOR + PROPERTY_DELAY + NAME_VALUE_SEPARATOR,
         level_str,
-        "\x02",
+        PROPERTY_SEPARATOR,
         "",
     )
     system = (items if every else pc.if_else(d, items, pa.scalar("", pa.string()))).view(pa.binary())

@@ -39,6 +39,7 @@ from ..log.properties import (
     PROPERTY_TIMER_OUT_MS,
     TIMER_TOPIC,
 )
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from .routing import (
     DELAY_LEVEL_COLUMN,
     QueueChooser,
@@ -155,19 +156,23 @@ def route_timers(
             row=row,
             field=str(field[row]),
         )
-    kept = pc.binary_join_element_wise(pa.array(source.astype(str)), pc.cast(pa.array(raw), pa.string()), "\x01")
-    system = pc.if_else(pa.array(given), pc.binary_join_element_wise(kept, "", "\x02"), pa.scalar("", pa.string()))
+    kept = pc.binary_join_element_wise(
+        pa.array(source.astype(str)), pc.cast(pa.array(raw), pa.string()), NAME_VALUE_SEPARATOR
+    )
+    system = pc.if_else(
+        pa.array(given), pc.binary_join_element_wise(kept, "", PROPERTY_SEPARATOR), pa.scalar("", pa.string())
+    )
     if not timed.any():
         return TimerRouted(table, system.cast(pa.binary()))
     topics, real_q = real_queues(table, timed, choose_queues, queue_count)
     items = pc.binary_join_element_wise(
-        PROPERTY_TIMER_OUT_MS + "\x01",
+        PROPERTY_TIMER_OUT_MS + NAME_VALUE_SEPARATOR,
         pc.cast(pa.array(out_ms(deliver, precision_ms)), pa.string()),
-        "\x02" + PROPERTY_REAL_TOPIC + "\x01",
+        PROPERTY_SEPARATOR + PROPERTY_REAL_TOPIC + NAME_VALUE_SEPARATOR,
         topics,
-        "\x02" + PROPERTY_REAL_QID + "\x01",
+        PROPERTY_SEPARATOR + PROPERTY_REAL_QID + NAME_VALUE_SEPARATOR,
         pc.cast(pa.array(real_q), pa.string()),
-        "\x02",
+        PROPERTY_SEPARATOR,
         "",
     )
     t = pa.array(timed)

@@ -40,6 +40,7 @@ from ..log.properties import (
     STORE_PROPERTY_PREFIX,
     ParsedProperties,
 )
+from ..log.record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from ..native import (
     copy_properties as _native_copy,  # the C helper's (None without it: the parsed map below)
 )
@@ -128,7 +129,7 @@ def delivered_copies(
         for name, values in add.items():
             if isinstance(values, pa.ChunkedArray):
                 values = values.combine_chunks()
-            pieces += [name + "\x01", values.cast(pa.string()), "\x02"]
+            pieces += [name + NAME_VALUE_SEPARATOR, values.cast(pa.string()), PROPERTY_SEPARATOR]
         system = pc.binary_join_element_wise(system, *pieces, "")
     return Copies(topic, queue_id, system.cast(pa.binary()))
 
@@ -199,7 +200,9 @@ def _from_parsed(messages: StoredMessages, dropped: tuple[str, ...]) -> tuple[pa
     n, keys = parsed.n, parsed.keys
     kept = ~np.asarray(pc.or_(pc.is_in(keys, pa.array(dropped)), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
     sel = pa.array(kept)
-    pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
+    pairs = pc.binary_join_element_wise(
+        keys.filter(sel), NAME_VALUE_SEPARATOR, parsed.values.filter(sel), PROPERTY_SEPARATOR, ""
+    )
     row_offsets = np.concatenate([[0], np.cumsum(np.bincount(parsed.parent[kept], minlength=n))]).astype(np.int32)
     joined = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), ""), "")
     return real_topic, queue_id, joined

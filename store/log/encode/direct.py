@@ -37,7 +37,9 @@ from ..properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, STORE_
 from ..record import (
     MAGIC_V1,
     MAX_TIMESTAMP_MS,
+    NAME_VALUE_SEPARATOR,
     PROPERTIES_MAX_BYTES,
+    PROPERTY_SEPARATOR,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     body_crc,
@@ -116,7 +118,7 @@ def encode_direct(
     if not messages or len(messages) > DIRECT_MAX_MESSAGES:
         return None
     slow = _SLOW_SYSTEM if system else _SLOW_NAMES
-    suffix = f"{PROPERTY_CLUSTER}\x01{cluster}\x02" if cluster else ""
+    suffix = f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}" if cluster else ""
     store_v6 = len(store_host) == 20
     out: list[DirectRecord] = []
     last = len(messages) - 1
@@ -164,15 +166,15 @@ def encode_direct(
         tags = keys = uniq_key = None
         kept: list[str] = []
         if props:
-            if not props.isascii() or props[-1] != "\x02":
+            if not props.isascii() or props[-1] != PROPERTY_SEPARATOR:
                 return None
-            for item in props[:-1].split("\x02"):
-                name, sep, value = item.partition("\x01")
+            for item in props[:-1].split(PROPERTY_SEPARATOR):
+                name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
                 if (
                     not sep
                     or not name
                     or not value
-                    or "\x01" in value
+                    or NAME_VALUE_SEPARATOR in value
                     or name in slow
                     or name.startswith(STORE_PROPERTY_PREFIX)
                 ):
@@ -186,15 +188,15 @@ def encode_direct(
                     keys = value
                 elif name == PROPERTY_UNIQ_KEY:
                     uniq_key = value
-        text = "\x02".join(kept) + "\x02" if kept else ""
+        text = PROPERTY_SEPARATOR.join(kept) + PROPERTY_SEPARATOR if kept else ""
         text += suffix
         if uniq_key is None:
             if first_id is None:  # one sequence value per message, as the vectorized path takes them
                 first_id = uniq.reserve(len(messages))
             uniq_key = uniq.id_at(first_id + i)
-            text += f"{PROPERTY_UNIQ_KEY}\x01{uniq_key}\x02"
+            text += f"{PROPERTY_UNIQ_KEY}{NAME_VALUE_SEPARATOR}{uniq_key}{PROPERTY_SEPARATOR}"
         if i == last and marker is not None:
-            text += f"{marker[0]}\x01{marker[1]}\x02"
+            text += f"{marker[0]}{NAME_VALUE_SEPARATOR}{marker[1]}{PROPERTY_SEPARATOR}"
         raw_props = text.encode()
         if len(raw_props) > PROPERTIES_MAX_BYTES:
             return None

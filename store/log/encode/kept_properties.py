@@ -26,6 +26,7 @@ from ..properties import (
     PROPERTY_UNIQ_KEY,
     STORE_PROPERTY_PREFIX,
 )
+from ..record import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from .trailer import JoinedProperties
 
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
@@ -151,7 +152,7 @@ def joined_wire_properties(
         col = col.chunk(0)
     if not (col.type == pa.string() or col.type == pa.binary()) or col.null_count or not n:
         return None
-    suffix = f"{PROPERTY_CLUSTER}\x01{cluster}\x02".encode() if cluster else b""
+    suffix = f"{PROPERTY_CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}{PROPERTY_SEPARATOR}".encode() if cluster else b""
     items = col.view(pa.binary())
     buffers = col.buffers()
     off = np.frombuffer(buffers[1], np.int32, n + 1, col.offset * 4).astype(np.int64)

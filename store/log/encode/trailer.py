@@ -33,11 +33,11 @@ from ..properties import (
     reserved_name_problem,
     single_property,
 )
-from ..record import PROPERTIES_MAX_BYTES, TRAILER_LENGTH_FIELDS
+from ..record import NAME_VALUE_SEPARATOR, PROPERTIES_MAX_BYTES, PROPERTY_SEPARATOR, TRAILER_LENGTH_FIELDS
 from .arrays import binary_scalar, first, is_stringish, value_lengths
 from .columns import as_string, may_be_empty, no_separators, utf8_checked
 
-_SEP2 = pa.scalar(b"\x02", pa.binary())
+_SEP2 = pa.scalar(PROPERTY_SEPARATOR.encode(), pa.binary())
 _EMPTY_BIN = pa.scalar(b"", pa.binary())
 _NO_STRING = pa.scalar(None, pa.string())
 
@@ -146,7 +146,9 @@ def build_properties(
         parts.append(system_properties)
         # a row whose own items carry its UNIQ_KEY (a delivered copy keeps the client msgId);
         # no other system name ends with UNIQ_KEY and values hold no \x01: a substring is exact
-        has_uniq |= np.asarray(pc.fill_null(pc.match_substring(system_properties, PROPERTY_UNIQ_KEY + "\x01"), False))
+        has_uniq |= np.asarray(
+            pc.fill_null(pc.match_substring(system_properties, PROPERTY_UNIQ_KEY + NAME_VALUE_SEPARATOR), False)
+        )
     user_has_tags = user_has_keys = False
     pm = cols.get("properties")
     if joined is not None:
@@ -312,12 +314,12 @@ def _tags_property(col: pa.Array, n: int, user_has_tags: bool) -> tuple[_Part, p
     if tags.null_count:
         return single_property(PROPERTY_TAGS, tags), tags
     # 'TAGS\x01' + tag + '\x02' as three join pieces: no intermediate column
-    return (binary_scalar(PROPERTY_TAGS.encode() + b"\x01"), tags.view(pa.binary()), _SEP2), tags
+    return (binary_scalar((PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()), tags.view(pa.binary()), _SEP2), tags
 
 
 def _last_row_only(prop: tuple[str, str], n: int) -> pa.BinaryArray:
     """``name\\x01value\\x02`` on the last row, empty on the others (offsets all 0 but the last)."""
-    piece = (prop[0] + "\x01" + prop[1] + "\x02").encode()
+    piece = (prop[0] + NAME_VALUE_SEPARATOR + prop[1] + PROPERTY_SEPARATOR).encode()
     offs = np.zeros(n + 1, np.int32)
     offs[-1] = len(piece)
     return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(piece)])

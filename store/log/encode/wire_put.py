@@ -66,6 +66,8 @@ from ..properties import (
     STORE_PROPERTY_PREFIX,
 )
 from ..record import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_COMPRESSED,
     SYSFLAG_MULTI_TAGS,
@@ -276,12 +278,12 @@ def parse_wire_properties(
             f"must be the wire string (string or binary), not {col.type}", row=0 if n else None, field="properties"
         )
     col = pc.fill_null(col.cast(pa.string()), "")
-    items = pc.split_pattern(col, "\x02")
+    items = pc.split_pattern(col, PROPERTY_SEPARATOR)
     offsets = np.asarray(items.offsets, np.int64)
     offsets = offsets - offsets[0]
     flat = items.flatten()
     parent = np.repeat(np.arange(n), np.diff(offsets))
-    pairs = pc.split_pattern(flat, "\x01", max_splits=1)
+    pairs = pc.split_pattern(flat, NAME_VALUE_SEPARATOR, max_splits=1)
     two = np.asarray(pc.equal(pc.list_value_length(pairs), 2).fill_null(False))
     keys = pc.list_element(pairs.filter(pa.array(two)), 0)
     vals = pc.list_element(pairs.filter(pa.array(two)), 1)
@@ -317,7 +319,7 @@ def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, system
         raise InvalidMessageError(
             f"property {keys[i].as_py()!r} is the store's to set", row=int(parent[i]), field="properties"
         )
-    sep = np.asarray(pc.match_substring(vals, "\x01"))
+    sep = np.asarray(pc.match_substring(vals, NAME_VALUE_SEPARATOR))
     if sep.any():
         i = first(sep)
         raise InvalidMessageError(
