@@ -100,11 +100,13 @@ def test_repair_while_this_process_has_the_store_open(store: Path) -> None:
 
 def test_a_failed_repair_open_gives_the_store_back(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # an open with repair that fails after claiming the store must not keep it claimed
-    def fail(self: rmqlog.MessageStore, repair: bool, first: bool = False) -> None:
+    from rmqlog.recovery import assembly
+
+    def fail(*args: object) -> None:  # the wiring of the parts, after this process claimed the store
         raise rmqlog.CorruptStoreError("wiring failed")
 
     with monkeypatch.context() as m:
-        m.setattr(rmqlog.MessageStore, "_build", fail)
+        m.setattr(assembly, "_wire", fail)
         with pytest.raises(rmqlog.CorruptStoreError):
             rmqlog.MessageStore.open(store, repair=True)
     with rmqlog.MessageStore.open(store, repair=True) as s:  # this process is the first opener again
